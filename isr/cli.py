@@ -1,0 +1,135 @@
+"""The `isr` command (config.md, "Commands")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import nullcontext
+from typing import Optional, Sequence
+
+from rich.console import Console
+
+from isr import __version__
+from isr.config import ConfigError, Settings, load_settings
+
+
+def _settings(args: argparse.Namespace, extra: Sequence[str] = ()) -> Settings:
+    return load_settings(args.config, list(extra) + list(args.set or []))
+
+
+def _add_config_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="PATH",
+                   help="TOML configuration (default: $ISR_CONFIG, else conf/isr.toml if present)")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                   help="override one setting (repeatable); wins over the file and ISR_* env vars")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from isr.replay import make_progress, print_summary, replay, write_jsonl
+
+    extra = [f"monitor.policy={args.policy}"] if args.policy else []
+    settings = _settings(args, extra)
+    err = Console(stderr=True)
+    if not err.is_terminal:
+        err.width = 120  # piped stderr: do not squeeze the summary into 80 columns
+    show_progress = not args.quiet and err.is_terminal
+    with (make_progress(err) if show_progress else nullcontext()) as progress:
+        result = replay(args.events, settings.monitor, progress)
+    out_cm = open(args.output, "wb") if args.output not in (None, "-") else nullcontext(
+        sys.stdout.buffer)
+    with out_cm as out:
+        write_jsonl(result.decisions, out)
+        if not args.no_state:
+            write_jsonl(result.states, out)
+        out.flush()
+    if args.dead_letters:
+        with open(args.dead_letters, "wb") as dl:
+            write_jsonl(result.dead_letters, dl)
+    elif result.dead_letters and not args.quiet:
+        for d in result.dead_letters[:5]:
+            err.print(f"dead letter {d.source}:{d.offset}: {d.reason}", markup=False)
+        if len(result.dead_letters) > 5:
+            err.print(f"... {len(result.dead_letters) - 5} more (use --dead-letters FILE)")
+    if not args.quiet:
+        print_summary(result, err)
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from isr.contract import json_schemas
+
+    schemas = json_schemas()
+    if args.type:
+        merged = {**schemas["input"], **schemas["output"]}
+        if args.type not in merged:
+            raise ConfigError(f"unknown record type {args.type!r}; one of {sorted(merged)}")
+        schemas = merged[args.type]
+    print(json.dumps(schemas, indent=2, sort_keys=False))
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    print(json.dumps(settings.model_dump(mode="json"), indent=2))
+    print("configuration OK", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="isr",
+        description="Kafka ISR monitor: re-computes each partition leader's ISR decisions "
+                    "from replica fetch-state events.")
+    parser.add_argument("--version", action="version", version=f"isr {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("replay", help="apply a bounded event file and print the decisions",
+                       description="Apply JSON-lines event files (or - for stdin) to the leader "
+                                   "model and write decisions as JSON lines: isr_change (and "
+                                   "isr_propagation in zk mode) in event-time order, then the "
+                                   "final partition_state of every partition. A summary goes "
+                                   "to stderr.")
+    p.add_argument("events", nargs="+", metavar="EVENTS", help="JSON-lines file(s), - for stdin")
+    p.add_argument("--policy", metavar="P[,P...]",
+                   help="kafka, kip16, legacy, kip501; several run side by side")
+    p.add_argument("--engine", choices=["local"], default="local",
+                   help="local: the pure leader model (the Spark engine comes with `isr run`)")
+    p.add_argument("--output", "-o", metavar="FILE", help="decisions file (default: stdout)")
+    p.add_argument("--dead-letters", metavar="FILE",
+                   help="write rejected input lines here as dead_letter records")
+    p.add_argument("--no-state", action="store_true",
+                   help="omit the final partition_state records")
+    p.add_argument("--quiet", "-q", action="store_true", help="no summary or progress on stderr")
+    _add_config_options(p)
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("schema", help="print the JSON Schemas of input and output records",
+                       description="Print the JSON Schema of every input event and output "
+                                   "record type, or of one with --type.")
+    p.add_argument("--type", metavar="NAME", help="one record type, e.g. fetch or isr_change")
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("check-config", help="validate the configuration and print it",
+                       description="Validate the configuration (file, ISR_* environment, --set) "
+                                   "and print the effective settings.")
+    _add_config_options(p)
+    p.set_defaults(func=cmd_check_config)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"isr: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

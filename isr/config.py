@@ -1,0 +1,166 @@
+"""Configuration (config.md): TOML file < environment (ISR_<SECTION>__<KEY>) < --set.
+
+Everything is validated before any work starts; an unknown key or a bad value
+becomes one `ConfigError` line that names the key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Iterable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    SettingsConfigDict,
+    SettingsError,
+    TomlConfigSettingsSource,
+)
+
+PolicyName = Literal["kafka", "kip16", "legacy", "kip501"]
+POLICIES: tuple[str, ...] = ("kafka", "kip16", "legacy", "kip501")
+DEFAULT_CONFIG = Path("conf/isr.toml")
+
+PositiveMs = Annotated[int, Field(gt=0)]
+
+
+class ConfigError(Exception):
+    """A configuration problem, already phrased as one line for the operator."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TopicSettings(_Section):
+    """Per-topic overrides, `[monitor.topics."<name>"]`."""
+
+    min_insync_replicas: Optional[Annotated[int, Field(ge=1)]] = None
+
+
+class MonitorSettings(_Section):
+    # NoDecode: an env var holds "kafka,kip16", not JSON.
+    policy: Annotated[list[PolicyName], NoDecode] = ["kafka"]
+    replica_lag_time_max_ms: PositiveMs = 30000
+    isr_expiration_interval_ms: Optional[PositiveMs] = None
+    replica_lag_max_messages: Annotated[int, Field(ge=0)] = 4000
+    min_insync_replicas: Annotated[int, Field(ge=1)] = 1
+    propagation: Literal["kraft", "zk"] = "kraft"
+    allowed_lateness_ms: Annotated[int, Field(ge=0)] = 5000
+    topics: dict[str, TopicSettings] = {}
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _split_policy_list(cls, value: Any) -> Any:
+        # "kafka,kip16" on the command line or in an env var means a list.
+        if isinstance(value, str):
+            return [p.strip() for p in value.split(",") if p.strip()]
+        return value
+
+    @field_validator("policy")
+    @classmethod
+    def _unique_policies(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one policy is needed")
+        if len(set(value)) != len(value):
+            raise ValueError(f"policy {value} names a policy twice")
+        return value
+
+    def min_isr_for(self, topic: str) -> int:
+        override = self.topics.get(topic)
+        if override is not None and override.min_insync_replicas is not None:
+            return override.min_insync_replicas
+        return self.min_insync_replicas
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="ISR_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    monitor: MonitorSettings = MonitorSettings()
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`section.key=value` -> (["section", "key"], value). Values are TOML
+    literals (`10000`, `true`, `["a","b"]`); anything else is a string."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected section.key=value")
+    key, raw = item.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if len(path) < 2:
+        raise ConfigError(f"--set {item!r}: the key needs a section, e.g. monitor.policy")
+    try:
+        value = tomllib.loads(f"x = {raw}")["x"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return path, value
+
+
+def _nest(overrides: Iterable[str]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for item in overrides:
+        path, value = parse_override(item)
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {part} is not a section")
+        node[path[-1]] = value
+    return tree
+
+
+def _describe(exc: ValidationError, origin: str) -> str:
+    err = exc.errors(include_url=False)[0]
+    key = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        return f"{origin}: unknown key '{key}'"
+    got = f" (got {err['input']!r})" if "input" in err and err["type"] != "missing" else ""
+    return f"{origin}: {key}: {msg}{got}"
+
+
+def resolve_config_path(path: str | os.PathLike | None) -> Optional[Path]:
+    """The explicit path, else $ISR_CONFIG, else conf/isr.toml if present."""
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        return p
+    env = os.environ.get("ISR_CONFIG")
+    if env:
+        return resolve_config_path(env)
+    return DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
+
+
+def load_settings(
+    path: str | os.PathLike | None = None, overrides: Iterable[str] = ()
+) -> Settings:
+    """Load and validate the effective settings, or raise one-line ConfigError."""
+    toml_path = resolve_config_path(path)
+    origin = "config"
+    if toml_path is not None:
+        try:
+            tomllib.loads(toml_path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{toml_path}: not valid TOML: {exc}") from None
+
+    class _FromFile(Settings):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
+                                       dotenv_settings, file_secret_settings):
+            sources = [init_settings, env_settings]
+            if toml_path is not None:
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+            return tuple(sources)
+
+    try:
+        loaded = _FromFile(**_nest(overrides))
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, origin)) from None
+    except SettingsError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
+    return Settings.model_validate(loaded.model_dump())

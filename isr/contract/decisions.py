@@ -1,0 +1,132 @@
+"""Output contract: the monitor's decisions (events.md, "Output: decisions").
+
+Field order is the serialisation order, so the same decision always gives the
+same bytes (replay engines are compared byte for byte).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+Policy = Literal["kafka", "kip16", "legacy", "kip501"]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ReplicaDetail(_Out):
+    """Per-replica numbers that decided an ISR change."""
+
+    replica: int
+    leo: int
+    # 0 when the follower's LEO equals the leader's; None when it never caught up.
+    lag_ms: Optional[int]
+    last_caught_up_ts: int
+    last_fetch_ts: int
+
+
+class IsrChange(_Out):
+    type: Literal["isr_change"] = "isr_change"
+    id: str
+    cluster: str
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    ts: int
+    action: Literal["shrink", "expand"]
+    replicas: list[int]
+    isr_before: list[int]
+    isr_after: list[int]
+    hw: int
+    leader_leo: int
+    policy: Policy
+    # "leader": the partition leader's own rule; "controller": fencing,
+    # controlled shutdown or unregistration removed the broker.
+    cause: Literal["leader", "controller"]
+    reason: str
+    details: list[ReplicaDetail]
+    bootstrap: bool = False
+
+
+class FollowerView(_Out):
+    replica: int
+    leo: int
+    lag_ms: Optional[int]
+    last_caught_up_ts: int
+    last_fetch_ts: int
+    in_isr: bool
+
+
+class PartitionState(_Out):
+    type: Literal["partition_state"] = "partition_state"
+    cluster: str
+    topic: str
+    partition: int
+    ts: int
+    # -1 while the partition is leaderless (its leader was fenced / shut down).
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    hw: int
+    leader_leo: int
+    under_replicated: bool
+    under_min_isr: bool
+    at_min_isr: bool
+    min_insync_replicas: int
+    policy: Policy
+    followers: list[FollowerView]
+    bootstrap: bool = False
+
+
+class PropagatedPartition(_Out):
+    topic: str
+    partition: int
+
+
+class IsrPropagation(_Out):
+    """ZooKeeper-era: one isr_change_notification znode as the broker wrote it."""
+
+    type: Literal["isr_propagation"] = "isr_propagation"
+    cluster: str
+    broker: int
+    ts: int
+    policy: Policy
+    partitions: list[PropagatedPartition]
+
+
+class Alert(_Out):
+    """Alertmanager-compatible alert status change (rules: alerts issue)."""
+
+    type: Literal["alert"] = "alert"
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    status: Literal["firing", "resolved"]
+    startsAt: str
+    endsAt: Optional[str] = None
+    fingerprint: str
+
+
+class DeadLetter(_Out):
+    """An input message that could not be applied, with where it came from."""
+
+    type: Literal["dead_letter"] = "dead_letter"
+    reason: str
+    reason_class: str
+    # Original bytes, decoded as UTF-8 with invalid bytes escaped.
+    raw: str
+    source: str
+    offset: int
+
+
+DECISION_TYPES = {
+    "isr_change": IsrChange,
+    "partition_state": PartitionState,
+    "isr_propagation": IsrPropagation,
+    "alert": Alert,
+    "dead_letter": DeadLetter,
+}

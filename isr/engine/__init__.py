@@ -1,0 +1,1 @@
+"""Engines that drive the leader model: local (pure Python) and Spark."""

@@ -1,0 +1,434 @@
+"""One partition as its leader sees it (semantics.md, all rules).
+
+`PartitionModel` is pure: no clock, no I/O, no Spark. Events are applied in
+`(ts, arrival)` order; `advance(until)` runs the isr-expiration checks that
+fall before `until`. Decisions are appended to the caller's `out` list.
+
+Checks are not simulated tick by tick: between events a follower's state is
+frozen, so the first check instant that can shrink is computed directly
+(`rules.out_of_sync_from`) and every check before it is a no-op. That is
+exact, and it keeps idle partitions free.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from isr.contract.decisions import FollowerView, IsrChange, PartitionState, ReplicaDetail
+from isr.model.brokers import Brokers
+from isr.model.follower import Follower
+from isr.model.rules import (
+    LEGACY,
+    Rules,
+    caught_up_ts_after_fetch,
+    ceil_to,
+    describe_out_of_sync,
+    is_caught_up,
+    lag_ms,
+    out_of_sync_from,
+)
+
+# Outcomes other than "applied" (None). Ignored events are counted; rejected
+# ones go to the dead-letter sink with the message.
+STALE_EPOCH = ("ignored", "stale_epoch")
+STALE_BROKER_EPOCH = ("ignored", "stale_broker_epoch")
+NO_LEADER = ("ignored", "no_leader")
+
+
+def rejected(message: str) -> tuple[str, str]:
+    return ("rejected", message)
+
+
+STATE_VERSION = 1
+
+
+class PartitionModel:
+    __slots__ = (
+        "rules", "cluster", "topic", "partition",
+        "leader", "leader_epoch", "leader_epoch_start_offset", "hw", "leader_leo",
+        "replicas", "isr", "followers",
+        "min_isr_default", "min_isr_override", "bootstrap",
+        "next_check", "ts", "seq",
+        "under_min_since", "under_min_ms",
+    )
+
+    def __init__(self, rules: Rules, cluster: str, topic: str, partition: int,
+                 min_isr_default: int = 1, first_ts: int = 0) -> None:
+        self.rules = rules
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.leader = -1  # -1: no leader (not known yet, or fenced)
+        self.leader_epoch = -1
+        self.leader_epoch_start_offset = 0
+        self.hw = 0
+        self.leader_leo = 0
+        self.replicas: list[int] = []
+        self.isr: list[int] = []
+        self.followers: dict[int, Follower] = {}
+        self.min_isr_default = min_isr_default
+        self.min_isr_override = -1  # from a leader event's min_insync_replicas
+        self.bootstrap = False
+        # The earliest check instant not yet run (a multiple of the interval).
+        self.next_check = ceil_to(first_ts, rules.interval_ms)
+        self.ts = first_ts
+        self.seq = 0  # decisions taken, for deterministic decision ids
+        self.under_min_since = -1
+        self.under_min_ms = 0
+
+    # ------------------------------------------------------------ creation
+    @classmethod
+    def first_seen(cls, rules: Rules, event, min_isr_default: int) -> "PartitionModel":
+        """A partition's model from its first event. Before any `leader` event it
+        is bootstrapped from what the event says (semantics.md, last section)."""
+        m = cls(rules, event.cluster, event.topic, event.partition, min_isr_default, event.ts)
+        if event.type != "leader":
+            m.bootstrap = True
+            m.leader = event.leader
+            m.leader_epoch = event.leader_epoch
+            m.replicas = [event.leader]
+            m.isr = [event.leader]
+        return m
+
+    # ------------------------------------------------------------ derived
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.cluster, self.topic, self.partition)
+
+    def effective_min_isr(self) -> int:
+        """Kafka 3.7+: min(min.insync.replicas, replication factor)."""
+        configured = self.min_isr_override if self.min_isr_override > 0 else self.min_isr_default
+        return min(configured, len(self.replicas)) if self.replicas else configured
+
+    def is_under_min_isr(self) -> bool:
+        return len(self.isr) < self.effective_min_isr()
+
+    # ------------------------------------------------------------ time
+    def advance(self, until: int, inclusive: bool, brokers: Brokers, out: list) -> None:
+        """Run every check at instants T < until (T <= until if inclusive)."""
+        interval = self.rules.interval_ms
+        if until < self.next_check or (until == self.next_check and not inclusive):
+            return  # no check instant in between (the common case)
+        if self.leader >= 0:
+            while True:
+                due = self._next_shrink_at()
+                if due is None or due > until or (due == until and not inclusive):
+                    break
+                self._shrink(due, brokers, out)
+                self.next_check = due + interval
+        first_unrun = ceil_to(until + 1 if inclusive else until, interval)
+        if first_unrun > self.next_check:
+            self.next_check = first_unrun
+
+    def _next_shrink_at(self) -> Optional[int]:
+        """The first check instant >= next_check at which a shrink happens if
+        no further event arrives, or None."""
+        rules, leader_leo, best = self.rules, self.leader_leo, None
+        for r in self.isr:
+            if r == self.leader:
+                continue
+            since = out_of_sync_from(rules, self.followers[r], leader_leo)
+            if since is not None and (best is None or since < best):
+                best = since
+        if best is None:
+            return None
+        return max(self.next_check, ceil_to(best, rules.interval_ms))
+
+    # ------------------------------------------------------------ events
+    def apply(self, event, brokers: Brokers, out: list) -> Optional[tuple[str, str]]:
+        """Apply one partition event at its ts (checks before it run first)."""
+        self.advance(event.ts, False, brokers, out)
+        if event.ts > self.ts:
+            self.ts = event.ts
+        kind = event.type
+        if kind == "fetch":
+            return self._on_fetch(event, brokers, out)
+        if kind == "append":
+            return self._on_append(event, brokers)
+        if kind == "leader":
+            return self._on_leader(event, brokers)
+        if kind == "fetch_start":
+            return self._on_fetch_start(event)
+        if kind == "isr":
+            return None  # compared, never applied (IsrDivergence alert)
+        return rejected(f"{kind} is not a partition event")
+
+    def _is_stale(self, event) -> bool:
+        return event.leader_epoch != self.leader_epoch or event.leader != self.leader
+
+    def _follower_of(self, event) -> tuple[Optional[Follower], Optional[tuple[str, str]]]:
+        if self.leader < 0:
+            return None, NO_LEADER
+        if self._is_stale(event):
+            return None, STALE_EPOCH
+        f = self.followers.get(event.replica)
+        if f is not None:
+            return f, None
+        if not self.bootstrap:
+            return None, rejected(
+                f"replica {event.replica} is not in the assignment {self.replicas}")
+        return self._bootstrap_follower(event.replica, event.ts), None
+
+    def _bootstrap_follower(self, replica: int, ts: int) -> Follower:
+        """Before a leader event every follower seen is taken as assigned and in
+        the ISR, with the grace a new leader gives its ISR members."""
+        f = Follower(last_caught_up_ts=ts, last_fetch_ts=ts)
+        self.followers[replica] = f
+        self.replicas.append(replica)
+        self.isr.append(replica)
+        return f
+
+    def _on_fetch(self, ev, brokers: Brokers, out: list):
+        f, problem = self._follower_of(ev)
+        if problem is not None:
+            return problem
+        replica = ev.replica
+        broker_epoch = -1 if ev.broker_epoch is None else ev.broker_epoch
+        if brokers.is_stale_fetch(replica, broker_epoch):
+            return STALE_BROKER_EPOCH
+        fetch_ts = ev.ts if ev.received_ts is None else ev.received_ts
+        fetch_offset, fetch_leader_leo = ev.fetch_offset, ev.leader_leo
+        f.last_caught_up_ts = caught_up_ts_after_fetch(
+            self.rules, f, fetch_offset, fetch_leader_leo, fetch_ts, ev.ts)
+        previous_leo = f.leo
+        f.leo = fetch_offset  # may go down after truncation: no max
+        if fetch_leader_leo > f.last_fetch_leader_leo:
+            f.last_fetch_leader_leo = fetch_leader_leo
+        f.last_fetch_ts = fetch_ts
+        f.broker_epoch = broker_epoch
+        f.pending_offset = -1
+        f.pending_ts = 0
+        if fetch_leader_leo > self.leader_leo:
+            self.leader_leo = fetch_leader_leo
+        if replica not in self.isr and self._can_join_isr(replica, f, brokers):
+            reason = (f"replica {replica}: leo {f.leo} >= hw {self.hw} and >= "
+                      f"leader_epoch_start_offset {self.leader_epoch_start_offset}")
+            self._change_isr(fetch_ts, "expand", [replica], self.isr + [replica],
+                             "leader", reason, brokers, out, at=ev.ts)
+        elif f.leo != previous_leo:
+            self._recompute_hw(fetch_ts, brokers)
+        return None
+
+    def _on_fetch_start(self, ev):
+        f, problem = self._follower_of(ev)
+        if problem is not None:
+            return problem
+        f.pending_offset = ev.fetch_offset
+        f.pending_ts = ev.ts
+        return None
+
+    def _on_append(self, ev, brokers: Brokers):
+        if self.leader < 0:
+            return NO_LEADER
+        if self._is_stale(ev):
+            return STALE_EPOCH
+        if ev.leader_leo > self.leader_leo:
+            self.leader_leo = ev.leader_leo
+        self._recompute_hw(ev.ts, brokers)
+        return None
+
+    def _on_leader(self, ev, brokers: Brokers):
+        if ev.leader_epoch < self.leader_epoch:
+            return STALE_EPOCH
+        # A bootstrapped partition takes its first leader event as a new epoch:
+        # it never knew the epoch start offset or the HW.
+        new_epoch = ev.leader_epoch > self.leader_epoch or self.bootstrap
+        if not new_epoch and ev.leader != self.leader:
+            return rejected(f"leader changed from {self.leader} to {ev.leader} "
+                            f"without a higher leader_epoch than {self.leader_epoch}")
+        isr = list(ev.isr)
+        if ev.leader not in isr:
+            isr.insert(0, ev.leader)  # the leader is always a member
+        if new_epoch:
+            self.leader_epoch_start_offset = ev.leader_epoch_start_offset
+            self.leader_leo = ev.leader_epoch_start_offset
+            self.hw = ev.hw if ev.hw is not None else min(self.hw, self.leader_leo)
+            self.followers = self._reset_followers(ev, isr, new_leader=ev.leader != self.leader)
+        else:
+            old = self.followers
+            self.followers = {r: old.get(r) or Follower() for r in ev.replicas if r != ev.leader}
+        self.leader = ev.leader
+        self.leader_epoch = ev.leader_epoch
+        self.replicas = list(ev.replicas)
+        self.isr = isr
+        if ev.min_insync_replicas is not None:
+            self.min_isr_override = ev.min_insync_replicas
+        self.bootstrap = False
+        self._recompute_hw(ev.ts, brokers)
+        self._track_min_isr(ev.ts)
+        return None
+
+    def _reset_followers(self, ev, isr: list[int], new_leader: bool) -> dict[int, Follower]:
+        """Kafka's `resetReplicaState` on a new leader epoch (KAFKA-13790)."""
+        old, ts, start = self.followers, ev.ts, ev.leader_epoch_start_offset
+        followers = {}
+        for r in ev.replicas:
+            if r == ev.leader:
+                continue
+            t0 = ts if r in isr else 0
+            if new_leader:
+                f = Follower(last_caught_up_ts=t0)
+                if self.rules.policy == LEGACY:
+                    # 0.8 judged "stuck" on the last LEO update, which a new
+                    # replica object set to its creation time.
+                    f.last_fetch_ts = t0
+            else:
+                kept = old.get(r)  # a follower new to the assignment starts empty
+                f = Follower(
+                    leo=-1 if kept is None else kept.leo,
+                    last_fetch_leader_leo=start,
+                    last_fetch_ts=t0,
+                    last_caught_up_ts=t0,
+                    broker_epoch=-1 if kept is None else kept.broker_epoch,
+                )
+            followers[r] = f
+        return followers
+
+    def controller_removal(self, broker: int, state: str, broker_epoch: int, ts: int,
+                           brokers: Brokers, out: list) -> None:
+        """The controller fenced / shut down / unregistered `broker` at `ts`."""
+        self.advance(ts, False, brokers, out)
+        if ts > self.ts:
+            self.ts = ts
+        if self.leader < 0:
+            return
+        if broker == self.leader:
+            self.leader = -1  # leaderless until the next leader event
+            return
+        if not self.rules.modern or broker not in self.isr:
+            return
+        reason = (f"controller removed broker {broker} from the ISR: broker {state} "
+                  f"(broker_epoch {broker_epoch})")
+        self._change_isr(ts, "shrink", [broker], [r for r in self.isr if r != broker],
+                         "controller", reason, brokers, out)
+
+    # ------------------------------------------------------------ rules
+    def _can_join_isr(self, replica: int, f: Follower, brokers: Brokers) -> bool:
+        """Kafka's canAddReplicaToIsr + isFollowerInSync (KAFKA-7128, KIP-841)."""
+        if self.rules.modern and not brokers.is_eligible(replica, f.broker_epoch):
+            return False
+        return f.leo >= self.hw and f.leo >= self.leader_epoch_start_offset
+
+    def _recompute_hw(self, now: int, brokers: Brokers) -> None:
+        """Kafka's maybeIncrementLeaderHW: min LEO over the holders, forward only."""
+        isr = self.isr
+        modern = self.rules.modern
+        if modern and len(isr) < self.effective_min_isr():
+            return  # strict min ISR (KAFKA-15583): frozen while under min ISR
+        leader_leo = self.leader_leo
+        candidate = leader_leo
+        for r, f in self.followers.items():
+            if r not in isr and not (
+                modern
+                and is_caught_up(self.rules, f, leader_leo, now)
+                and brokers.is_eligible(r, f.broker_epoch)
+            ):
+                continue
+            if f.leo < candidate:
+                candidate = f.leo  # -1 (unknown) keeps the HW where it is
+        if candidate > self.hw:
+            self.hw = candidate
+
+    def _shrink(self, at: int, brokers: Brokers, out: list) -> None:
+        rules, leader_leo = self.rules, self.leader_leo
+        removed = [
+            r for r in self.isr
+            if r != self.leader
+            and (since := out_of_sync_from(rules, self.followers[r], leader_leo)) is not None
+            and at >= since
+        ]
+        reason = "; ".join(
+            describe_out_of_sync(rules, r, self.followers[r], leader_leo, at) for r in removed)
+        if at > self.ts:
+            self.ts = at
+        self._change_isr(at, "shrink", removed, [r for r in self.isr if r not in removed],
+                         "leader", reason, brokers, out)
+
+    def _change_isr(self, now: int, action: str, replicas: list[int], isr_after: list[int],
+                    cause: str, reason: str, brokers: Brokers, out: list,
+                    at: Optional[int] = None) -> None:
+        """Commit an ISR change at once, recompute the HW, and record it."""
+        at = now if at is None else at
+        before = self.isr
+        self.isr = isr_after
+        self._recompute_hw(now, brokers)
+        self._track_min_isr(at)
+        self.seq += 1
+        leader_leo = self.leader_leo
+        details = [
+            ReplicaDetail(replica=r, leo=(f := self.followers[r]).leo,
+                          lag_ms=lag_ms(f, leader_leo, at),
+                          last_caught_up_ts=f.last_caught_up_ts, last_fetch_ts=f.last_fetch_ts)
+            for r in replicas
+        ]
+        out.append(IsrChange(
+            id=f"{self.cluster}/{self.topic}/{self.partition}/{self.rules.policy}/{self.seq}",
+            cluster=self.cluster, topic=self.topic, partition=self.partition,
+            leader=self.leader, leader_epoch=self.leader_epoch, ts=at, action=action,
+            replicas=list(replicas), isr_before=list(before), isr_after=list(isr_after),
+            hw=self.hw, leader_leo=leader_leo, policy=self.rules.policy, cause=cause,
+            reason=reason, details=details, bootstrap=self.bootstrap,
+        ))
+
+    def _track_min_isr(self, ts: int) -> None:
+        under = self.is_under_min_isr()
+        if under and self.under_min_since < 0:
+            self.under_min_since = ts
+        elif not under and self.under_min_since >= 0:
+            self.under_min_ms += ts - self.under_min_since
+            self.under_min_since = -1
+
+    def time_under_min_isr(self, until: int) -> int:
+        open_ms = until - self.under_min_since if self.under_min_since >= 0 else 0
+        return self.under_min_ms + max(0, open_ms)
+
+    # ------------------------------------------------------------ views
+    def view(self) -> PartitionState:
+        isr, leader_leo, now = self.isr, self.leader_leo, self.ts
+        min_isr = self.effective_min_isr()
+        followers = [
+            FollowerView(replica=r, leo=f.leo, lag_ms=lag_ms(f, leader_leo, now),
+                         last_caught_up_ts=f.last_caught_up_ts,
+                         last_fetch_ts=f.last_fetch_ts, in_isr=r in isr)
+            for r, f in sorted(self.followers.items())
+        ]
+        return PartitionState(
+            cluster=self.cluster, topic=self.topic, partition=self.partition, ts=now,
+            leader=self.leader, leader_epoch=self.leader_epoch, replicas=list(self.replicas),
+            isr=list(isr), hw=self.hw, leader_leo=leader_leo,
+            under_replicated=len(isr) < len(self.replicas),
+            under_min_isr=len(isr) < min_isr, at_min_isr=len(isr) == min_isr,
+            min_insync_replicas=min_isr, policy=self.rules.policy,
+            followers=followers, bootstrap=self.bootstrap,
+        )
+
+    # ------------------------------------------------------------ state store
+    _SCALARS = ("leader", "leader_epoch", "leader_epoch_start_offset", "hw", "leader_leo",
+                "min_isr_default", "min_isr_override", "bootstrap", "next_check", "ts",
+                "seq", "under_min_since", "under_min_ms")
+
+    def to_list(self) -> list:
+        """Compact, JSON-able form; `from_list` restores it exactly."""
+        return [
+            STATE_VERSION, self.cluster, self.topic, self.partition,
+            [getattr(self, name) for name in self._SCALARS],
+            self.replicas, self.isr,
+            [[r, *f.to_list()] for r, f in self.followers.items()],
+        ]
+
+    @classmethod
+    def from_list(cls, rules: Rules, values: list) -> "PartitionModel":
+        version, cluster, topic, partition, scalars, replicas, isr, followers = values
+        if version != STATE_VERSION:
+            raise ValueError(f"partition state version {version} is not {STATE_VERSION}")
+        m = cls(rules, cluster, topic, partition)
+        for name, value in zip(cls._SCALARS, scalars):
+            setattr(m, name, value)
+        m.replicas = list(replicas)
+        m.isr = list(isr)
+        m.followers = {row[0]: Follower.from_list(row[1:]) for row in followers}
+        return m
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, PartitionModel) and self.rules == other.rules
+                and self.to_list() == other.to_list())
