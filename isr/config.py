@@ -119,7 +119,9 @@ def _describe(exc: ValidationError, origin: str) -> str:
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         return f"{origin}: unknown key '{key}'"
-    got = f" (got {err['input']!r})" if "input" in err and err["type"] != "missing" else ""
+    # Our own validators already name the value; pydantic's type errors do not.
+    shows_value = "input" in err and err["type"] not in ("missing", "value_error")
+    got = f" (got {err['input']!r})" if shows_value else ""
     return f"{origin}: {key}: {msg}{got}"
 
 

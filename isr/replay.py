@@ -62,9 +62,11 @@ def _lines(sources: list[str], progress: Optional[Progress]) -> Iterator[tuple[s
                 progress.update(task, completed=progress.tasks[task].total)
 
 
-def dead_letter(source: str, offset: int, raw: bytes, reason: str, reason_class: str) -> DeadLetter:
-    return DeadLetter(reason=reason, reason_class=reason_class,
-                      raw=raw.decode("utf-8", "backslashreplace"), source=source, offset=offset)
+def dead_letter(source: str, offset: int, raw: bytes | str, reason: str,
+                reason_class: str) -> DeadLetter:
+    text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
+    return DeadLetter(reason=reason, reason_class=reason_class, raw=text, source=source,
+                      offset=offset)
 
 
 def replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Progress] = None
@@ -86,7 +88,9 @@ def replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Prog
             stats.dead_letters[event.reason_class] += 1
             dead.append(dead_letter(source, offset, raw, event.reason, event.reason_class))
             continue
-        outcome = engine.submit(event, seq, (source, offset, raw))
+        # The origin rides along (JSON-able) in case the model rejects the event.
+        origin = (source, offset, raw.decode("utf-8", "backslashreplace"))
+        outcome = engine.submit(event, seq, origin)
         if outcome.status == "late":
             stats.dead_letters["late"] += 1
             dead.append(dead_letter(source, offset, raw, outcome.reason, "late"))

@@ -13,8 +13,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
+import orjson
+
 from isr.config import MonitorSettings
 from isr.contract.decisions import IsrChange, IsrPropagation, PartitionState
+from isr.contract.decode import Rejection, validate
 from isr.model.brokers import Brokers
 from isr.model.partition import PartitionModel
 from isr.model.propagation import Propagation
@@ -71,6 +74,11 @@ class LocalEngine:
         self.sequencer = Sequencer(self.monitor.allowed_lateness_ms)
         self.max_ts = -1
         self._offered = 0
+        # zk mode: per (policy, cluster, leader broker) batching, fed with
+        # leader-driven ISR changes once the watermark has made them final.
+        self.propagations: dict[tuple, Propagation] = {}
+        self._backlog: list[list] = []  # [ts, seq, policy, cluster, broker, topic, partition]
+        self._scanned = 0
 
     # ------------------------------------------------------------ input
     def submit(self, event, seq: int, origin: Any = None) -> Outcome:
@@ -95,12 +103,28 @@ class LocalEngine:
                 self.max_ts = event.ts
             self.apply(event)
 
+    def advance_watermark(self) -> None:
+        """Streaming: apply what the watermark released and run every check
+        before it, idle partitions included. Decisions up to the watermark are
+        then final."""
+        self._run(self.sequencer.release())
+        watermark = self.sequencer.watermark
+        if watermark >= 0:
+            self.advance_all(watermark, inclusive=False)
+            self._propagate(watermark, inclusive=False)
+
+    def take_decisions(self) -> list:
+        """Hand over the decisions taken so far (streaming emits them per batch)."""
+        self._collect_changes()
+        taken, self.decisions = self.decisions, []
+        self._scanned = 0
+        return taken
+
     def finish(self) -> None:
         """End of a bounded input: apply everything, run checks up to the last ts."""
         self._run(self.sequencer.drain())
         self.advance_all(self.max_ts, inclusive=True)
-        if self.monitor.propagation == "zk":
-            self.decisions.extend(self._propagate())
+        self._propagate(self.max_ts, inclusive=True)
 
     # ------------------------------------------------------------ model
     def _run(self, ready: list) -> None:
@@ -156,20 +180,85 @@ class LocalEngine:
             for m in parts.values():
                 m.advance(until, inclusive, self.brokers[m.cluster], out)
 
-    def _propagate(self) -> list[IsrPropagation]:
-        props: dict[tuple, Propagation] = {}
-        out: list[IsrPropagation] = []
-        changes = sorted((d for d in self.decisions
-                          if isinstance(d, IsrChange) and d.cause == "leader"), key=output_order)
-        for d in changes:
-            key = (d.policy, d.cluster, d.leader)
-            p = props.get(key)
+    def _collect_changes(self) -> None:
+        if self.monitor.propagation != "zk":
+            return
+        for d in self.decisions[self._scanned:]:
+            if isinstance(d, IsrChange) and d.cause == "leader":
+                self._backlog.append([d.ts, int(d.id.rsplit("/", 1)[1]), d.policy, d.cluster,
+                                      d.leader, d.topic, d.partition])
+        self._scanned = len(self.decisions)
+
+    def _propagate(self, until: int, inclusive: bool) -> None:
+        """Feed the ISR changes made final (all have ts < until) in time order,
+        then run the 2.5 s propagation ticks up to `until`."""
+        self._collect_changes()
+        if self.monitor.propagation != "zk":
+            return
+        out = self.decisions
+        for ts, _seq, policy, cluster, broker, topic, partition in sorted(self._backlog):
+            key = (policy, cluster, broker)
+            p = self.propagations.get(key)
             if p is None:
-                p = props[key] = Propagation(d.cluster, d.leader, d.policy)
-            p.on_change(d.ts, d.topic, d.partition, out)
-        for p in props.values():
-            p.advance(self.max_ts, True, out)
-        return out
+                p = self.propagations[key] = Propagation(cluster, broker, policy)
+            p.on_change(ts, topic, partition, out)
+        self._backlog = []
+        for p in self.propagations.values():
+            p.advance(until, inclusive, out)
+        self._scanned = len(out)
+
+    # ------------------------------------------------------------ state store
+    SNAPSHOT_VERSION = 1
+
+    def snapshot(self) -> bytes:
+        """Everything needed to continue exactly where this engine stands,
+        except the decisions already taken. Origins must be JSON-able."""
+        pending = [[ts, seq, ev.model_dump(mode="json"), origin]
+                   for ts, seq, (ev, origin) in self.sequencer.pending]
+        return orjson.dumps({
+            "v": self.SNAPSHOT_VERSION,
+            "policies": self.policies,
+            "partitions": {p: [m.to_list() for m in parts.values()]
+                           for p, parts in self.partitions.items()},
+            "brokers": {c: b.to_list() for c, b in self.brokers.items()},
+            "sequencer": [self.sequencer.max_ts, pending],
+            "max_ts": self.max_ts,
+            "offered": self._offered,
+            "propagations": [p.to_list() for p in self.propagations.values()],
+            "backlog": self._backlog,
+            "ignored": dict(self.ignored),
+        })
+
+    @classmethod
+    def restore(cls, monitor: MonitorSettings, blob: bytes,
+                on_reject: Optional[Callable[[Any, str], None]] = None) -> "LocalEngine":
+        data = orjson.loads(blob)
+        if data["v"] != cls.SNAPSHOT_VERSION:
+            raise ValueError(f"engine state version {data['v']} is not {cls.SNAPSHOT_VERSION}")
+        engine = cls(monitor, policies=data["policies"], on_reject=on_reject)
+        if list(monitor.policy) != data["policies"]:
+            raise ValueError(f"state was written for policies {data['policies']}, "
+                             f"the configuration says {list(monitor.policy)}")
+        for policy, rows in data["partitions"].items():
+            rules = engine.rules[policy]
+            models = (PartitionModel.from_list(rules, row) for row in rows)
+            engine.partitions[policy] = {m.key: m for m in models}
+        engine.brokers = {c: Brokers.from_list(rows) for c, rows in data["brokers"].items()}
+        max_ts, pending = data["sequencer"]
+        engine.sequencer.max_ts = max_ts
+        for ts, seq, ev, origin in pending:
+            event = validate(ev)
+            if isinstance(event, Rejection):  # only if the contract itself changed
+                raise ValueError(f"a pending event no longer validates: {event.reason}")
+            engine.sequencer.pending.append((ts, seq, (event, origin)))
+        for row in data["propagations"]:
+            p = Propagation.from_list(row)
+            engine.propagations[(p.policy, p.cluster, p.broker)] = p
+        engine._backlog = data["backlog"]
+        engine.max_ts = data["max_ts"]
+        engine._offered = data["offered"]
+        engine.ignored = Counter(data["ignored"])
+        return engine
 
     # ------------------------------------------------------------ output
     def states(self) -> list[PartitionState]:

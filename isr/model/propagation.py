@@ -53,3 +53,15 @@ class Propagation:
             self.next_tick = tick + CHECK_INTERVAL_MS
         self.next_tick = max(self.next_tick,
                              ceil_to(until + 1 if inclusive else until, CHECK_INTERVAL_MS))
+
+    def to_list(self) -> list:
+        return [self.cluster, self.broker, self.policy, sorted(self.waiting), self.last_change,
+                self.last_propagation, self.next_tick]
+
+    @classmethod
+    def from_list(cls, values: list) -> "Propagation":
+        cluster, broker, policy, waiting, last_change, last_propagation, next_tick = values
+        p = cls(cluster, broker, policy)
+        p.waiting = {(t, n) for t, n in waiting}
+        p.last_change, p.last_propagation, p.next_tick = last_change, last_propagation, next_tick
+        return p
