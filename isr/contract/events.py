@@ -13,11 +13,12 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
+MAX_LONG = 2**63 - 1  # Kafka's offsets and times are Java longs
 
-NonNegInt = Annotated[int, Field(ge=0)]
-BrokerId = Annotated[int, Field(ge=0)]
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_LONG)]
+BrokerId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 # Kafka sends -1 for "no broker epoch" (ZooKeeper mode, Fetch < v15).
-BrokerEpoch = Annotated[int, Field(ge=-1)]
+BrokerEpoch = Annotated[int, Field(ge=-1, le=MAX_LONG)]
 
 BROKER_STATES = ("registered", "fenced", "unfenced", "controlled_shutdown", "unregistered")
 BrokerState = Literal["registered", "fenced", "unfenced", "controlled_shutdown", "unregistered"]
@@ -28,7 +29,8 @@ class _Event(BaseModel):
     # fields without breaking older monitors.
     model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
 
-    v: Literal[1]
+    # A strict int pinned to 1 (Literal[1] would also take JSON `true`).
+    v: Annotated[int, Field(ge=SCHEMA_VERSION, le=SCHEMA_VERSION, strict=True)]
     cluster: Annotated[str, Field(min_length=1)] = "default"
     ts: NonNegInt
 
@@ -50,9 +52,13 @@ class _FollowerEvent(_PartitionEvent):
     leader_leo: NonNegInt
 
     @model_validator(mode="after")
-    def _follower_is_not_leader(self):
+    def _possible(self):
+        # One validator per model: each costs a Python call per event.
         if self.replica == self.leader:
             raise ValueError(f"replica {self.replica} is the leader itself")
+        received_ts = getattr(self, "received_ts", None)
+        if received_ts is not None and received_ts > self.ts:
+            raise ValueError(f"received_ts {received_ts} is after ts {self.ts}")
         return self
 
 
@@ -63,12 +69,6 @@ class Fetch(_FollowerEvent):
     received_ts: Optional[NonNegInt] = None
     log_start_offset: Optional[NonNegInt] = None
     broker_epoch: Optional[BrokerEpoch] = None
-
-    @model_validator(mode="after")
-    def _received_before_served(self):
-        if self.received_ts is not None and self.received_ts > self.ts:
-            raise ValueError(f"received_ts {self.received_ts} is after ts {self.ts}")
-        return self
 
     @property
     def fetch_ts(self) -> int:

@@ -73,7 +73,6 @@ class LocalEngine:
         self.brokers: dict[str, Brokers] = {}
         self.sequencer = Sequencer(self.monitor.allowed_lateness_ms)
         self.max_ts = -1
-        self._offered = 0
         # zk mode: per (policy, cluster, leader broker) batching, fed with
         # leader-driven ISR changes once the watermark has made them final.
         self.propagations: dict[tuple, Propagation] = {}
@@ -85,15 +84,15 @@ class LocalEngine:
         """Offer one validated event; it is applied once the watermark passes it.
         Returns `late` at once, else `applied`; a model rejection of the event
         once released goes to `on_reject`."""
-        if not self.sequencer.offer(event.ts, seq, (event, origin)):
+        sequencer = self.sequencer
+        if not sequencer.offer(event.ts, seq, event, origin):
             return Outcome("late", f"ts {event.ts} is before the watermark "
-                                   f"{self.sequencer.watermark} (allowed lateness "
+                                   f"{sequencer.watermark} (allowed lateness "
                                    f"{self.monitor.allowed_lateness_ms} ms)")
         if event.ts > self.max_ts:
             self.max_ts = event.ts
-        self._offered += 1
-        if self._offered % 1024 == 0:
-            self._run(self.sequencer.release())
+        if len(sequencer.pending) >= sequencer.release_at:
+            self._run(sequencer.release())
         return APPLIED
 
     def apply_in_order(self, events: Iterable) -> None:
@@ -128,38 +127,43 @@ class LocalEngine:
 
     # ------------------------------------------------------------ model
     def _run(self, ready: list) -> None:
-        for _ts, _seq, (event, origin) in ready:
-            outcome = self.apply(event)
+        apply = self.apply
+        for _ts, _seq, event, origin in ready:
+            outcome = apply(event)
             if outcome.status == "rejected" and self.on_reject is not None:
                 self.on_reject(origin, outcome.reason)
 
+    def _brokers_of(self, cluster: str) -> Brokers:
+        brokers = self.brokers.get(cluster)
+        if brokers is None:
+            brokers = self.brokers[cluster] = Brokers()
+        return brokers
+
     def apply(self, event) -> Outcome:
+        """Apply one event now, under every policy (the caller keeps the order)."""
         if event.type == "broker":
             self._on_broker(event)
             return APPLIED
         outcome = APPLIED
         key = (event.cluster, event.topic, event.partition)
-        brokers = self.brokers.get(event.cluster)
-        if brokers is None:
-            brokers = self.brokers[event.cluster] = Brokers()
+        brokers = self.brokers.get(event.cluster) or self._brokers_of(event.cluster)
         out = self.decisions
-        min_isr = self.monitor.min_isr_for(event.topic)
-        for i, policy in enumerate(self.policies):
-            parts = self.partitions[policy]
+        first = True
+        for policy, parts in self.partitions.items():
             model = parts.get(key)
             if model is None:
-                model = parts[key] = PartitionModel.first_seen(self.rules[policy], event, min_isr)
+                model = parts[key] = PartitionModel.first_seen(
+                    self.rules[policy], event, self.monitor.min_isr_for(event.topic))
             result = model.apply(event, brokers, out)
-            if i == 0 and result is not None:
+            if first and result is not None:
                 outcome = Outcome(result[0], result[1])
                 if result[0] == "ignored":
                     self.ignored[result[1]] += 1
+            first = False
         return outcome
 
     def _on_broker(self, event) -> None:
-        brokers = self.brokers.get(event.cluster)
-        if brokers is None:
-            brokers = self.brokers[event.cluster] = Brokers()
+        brokers = self._brokers_of(event.cluster)
         out, ts = self.decisions, event.ts
         cluster_parts = [
             m for parts in self.partitions.values() for m in parts.values()
@@ -214,7 +218,7 @@ class LocalEngine:
         """Everything needed to continue exactly where this engine stands,
         except the decisions already taken. Origins must be JSON-able."""
         pending = [[ts, seq, ev.model_dump(mode="json"), origin]
-                   for ts, seq, (ev, origin) in self.sequencer.pending]
+                   for ts, seq, ev, origin in self.sequencer.pending]
         return orjson.dumps({
             "v": self.SNAPSHOT_VERSION,
             "policies": self.policies,
@@ -223,7 +227,6 @@ class LocalEngine:
             "brokers": {c: b.to_list() for c, b in self.brokers.items()},
             "sequencer": [self.sequencer.max_ts, pending],
             "max_ts": self.max_ts,
-            "offered": self._offered,
             "propagations": [p.to_list() for p in self.propagations.values()],
             "backlog": self._backlog,
             "ignored": dict(self.ignored),
@@ -250,13 +253,12 @@ class LocalEngine:
             event = validate(ev)
             if isinstance(event, Rejection):  # only if the contract itself changed
                 raise ValueError(f"a pending event no longer validates: {event.reason}")
-            engine.sequencer.pending.append((ts, seq, (event, origin)))
+            engine.sequencer.pending.append((ts, seq, event, origin))
         for row in data["propagations"]:
             p = Propagation.from_list(row)
             engine.propagations[(p.policy, p.cluster, p.broker)] = p
         engine._backlog = data["backlog"]
         engine.max_ts = data["max_ts"]
-        engine._offered = data["offered"]
         engine.ignored = Counter(data["ignored"])
         return engine
 

@@ -15,46 +15,46 @@ from typing import Any
 
 
 class Sequencer:
-    __slots__ = ("allowed_lateness_ms", "max_ts", "pending")
+    __slots__ = ("allowed_lateness_ms", "max_ts", "pending", "release_at")
 
     def __init__(self, allowed_lateness_ms: int, max_ts: int = -1) -> None:
         self.allowed_lateness_ms = allowed_lateness_ms
         self.max_ts = max_ts
-        self.pending: list[tuple[int, int, Any]] = []
+        # (ts, seq, event, origin); seq is unique, so entries never compare
+        # their events.
+        self.pending: list[tuple[int, int, Any, Any]] = []
+        # Sort again once the queue doubled since the last release: keeping
+        # order then costs amortised O(1) per event.
+        self.release_at = 1024
 
     @property
     def watermark(self) -> int:
         return self.max_ts - self.allowed_lateness_ms if self.max_ts >= 0 else -1
 
-    def offer(self, ts: int, seq: int, item: Any) -> bool:
+    def offer(self, ts: int, seq: int, event: Any, origin: Any = None) -> bool:
         """Queue an event; False (and nothing queued) if it is late."""
-        if ts < self.watermark:
+        max_ts = self.max_ts
+        if max_ts >= 0 and ts < max_ts - self.allowed_lateness_ms:
             return False
-        if ts > self.max_ts:
+        if ts > max_ts:
             self.max_ts = ts
-        self.pending.append((ts, seq, item))
+        self.pending.append((ts, seq, event, origin))
         return True
 
-    def release(self) -> list[tuple[int, int, Any]]:
+    def release(self) -> list[tuple[int, int, Any, Any]]:
         """Every queued event with ts < watermark, in (ts, seq) order."""
         pending = self.pending
         if not pending:
             return []
-        pending.sort(key=_order)
-        cut = bisect_left(pending, self.watermark, key=_ts)
+        pending.sort()
+        cut = bisect_left(pending, (self.watermark,))
         ready, self.pending = pending[:cut], pending[cut:]
+        self.release_at = 2 * len(self.pending) + 1024
         return ready
 
-    def drain(self) -> list[tuple[int, int, Any]]:
+    def drain(self) -> list[tuple[int, int, Any, Any]]:
         """End of a bounded input: everything, in order."""
-        ready = sorted(self.pending, key=_order)
+        ready = sorted(self.pending)
         self.pending = []
+        self.release_at = 1024
         return ready
-
-
-def _order(entry: tuple[int, int, Any]) -> tuple[int, int]:
-    return (entry[0], entry[1])
-
-
-def _ts(entry: tuple[int, int, Any]) -> int:
-    return entry[0]

@@ -47,7 +47,7 @@ class PartitionModel:
         "rules", "cluster", "topic", "partition",
         "leader", "leader_epoch", "leader_epoch_start_offset", "hw", "leader_leo",
         "replicas", "isr", "followers",
-        "min_isr_default", "min_isr_override", "bootstrap",
+        "min_isr_default", "min_isr_override", "min_isr", "bootstrap",
         "next_check", "ts", "seq",
         "under_min_since", "under_min_ms",
     )
@@ -68,6 +68,7 @@ class PartitionModel:
         self.followers: dict[int, Follower] = {}
         self.min_isr_default = min_isr_default
         self.min_isr_override = -1  # from a leader event's min_insync_replicas
+        self.min_isr = min_isr_default  # effective; derived, kept current by _refresh_min_isr
         self.bootstrap = False
         # The earliest check instant not yet run (a multiple of the interval).
         self.next_check = ceil_to(first_ts, rules.interval_ms)
@@ -88,6 +89,7 @@ class PartitionModel:
             m.leader_epoch = event.leader_epoch
             m.replicas = [event.leader]
             m.isr = [event.leader]
+            m._refresh_min_isr()
         return m
 
     # ------------------------------------------------------------ derived
@@ -97,11 +99,14 @@ class PartitionModel:
 
     def effective_min_isr(self) -> int:
         """Kafka 3.7+: min(min.insync.replicas, replication factor)."""
+        return self.min_isr
+
+    def _refresh_min_isr(self) -> None:
         configured = self.min_isr_override if self.min_isr_override > 0 else self.min_isr_default
-        return min(configured, len(self.replicas)) if self.replicas else configured
+        self.min_isr = min(configured, len(self.replicas)) if self.replicas else configured
 
     def is_under_min_isr(self) -> bool:
-        return len(self.isr) < self.effective_min_isr()
+        return len(self.isr) < self.min_isr
 
     # ------------------------------------------------------------ time
     def advance(self, until: int, inclusive: bool, brokers: Brokers, out: list) -> None:
@@ -137,9 +142,11 @@ class PartitionModel:
     # ------------------------------------------------------------ events
     def apply(self, event, brokers: Brokers, out: list) -> Optional[tuple[str, str]]:
         """Apply one partition event at its ts (checks before it run first)."""
-        self.advance(event.ts, False, brokers, out)
-        if event.ts > self.ts:
-            self.ts = event.ts
+        ts = event.ts
+        if ts > self.next_check:  # else no check instant lies before ts
+            self.advance(ts, False, brokers, out)
+        if ts > self.ts:
+            self.ts = ts
         kind = event.type
         if kind == "fetch":
             return self._on_fetch(event, brokers, out)
@@ -176,6 +183,7 @@ class PartitionModel:
         self.followers[replica] = f
         self.replicas.append(replica)
         self.isr.append(replica)
+        self._refresh_min_isr()
         return f
 
     def _on_fetch(self, ev, brokers: Brokers, out: list):
@@ -184,7 +192,7 @@ class PartitionModel:
             return problem
         replica = ev.replica
         broker_epoch = -1 if ev.broker_epoch is None else ev.broker_epoch
-        if brokers.is_stale_fetch(replica, broker_epoch):
+        if brokers.states and brokers.is_stale_fetch(replica, broker_epoch):
             return STALE_BROKER_EPOCH
         fetch_ts = ev.ts if ev.received_ts is None else ev.received_ts
         fetch_offset, fetch_leader_leo = ev.fetch_offset, ev.leader_leo
@@ -253,6 +261,7 @@ class PartitionModel:
         self.isr = isr
         if ev.min_insync_replicas is not None:
             self.min_isr_override = ev.min_insync_replicas
+        self._refresh_min_isr()
         self.bootstrap = False
         self._recompute_hw(ev.ts, brokers)
         self._track_min_isr(ev.ts)
@@ -313,19 +322,20 @@ class PartitionModel:
         """Kafka's maybeIncrementLeaderHW: min LEO over the holders, forward only."""
         isr = self.isr
         modern = self.rules.modern
-        if modern and len(isr) < self.effective_min_isr():
+        if modern and len(isr) < self.min_isr:
             return  # strict min ISR (KAFKA-15583): frozen while under min ISR
         leader_leo = self.leader_leo
         candidate = leader_leo
         for r, f in self.followers.items():
-            if r not in isr and not (
+            leo = f.leo
+            if leo >= candidate:
+                continue  # cannot lower it, whether it holds or not
+            if r in isr or (
                 modern
                 and is_caught_up(self.rules, f, leader_leo, now)
                 and brokers.is_eligible(r, f.broker_epoch)
             ):
-                continue
-            if f.leo < candidate:
-                candidate = f.leo  # -1 (unknown) keeps the HW where it is
+                candidate = leo  # -1 (unknown) keeps the HW where it is
         if candidate > self.hw:
             self.hw = candidate
 
@@ -404,7 +414,7 @@ class PartitionModel:
 
     # ------------------------------------------------------------ state store
     _SCALARS = ("leader", "leader_epoch", "leader_epoch_start_offset", "hw", "leader_leo",
-                "min_isr_default", "min_isr_override", "bootstrap", "next_check", "ts",
+                "min_isr_default", "min_isr_override", "min_isr", "bootstrap", "next_check", "ts",
                 "seq", "under_min_since", "under_min_ms")
 
     def to_list(self) -> list:
@@ -427,6 +437,7 @@ class PartitionModel:
         m.replicas = list(replicas)
         m.isr = list(isr)
         m.followers = {row[0]: Follower.from_list(row[1:]) for row in followers}
+        m._refresh_min_isr()
         return m
 
     def __eq__(self, other: object) -> bool:
