@@ -34,8 +34,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not err.is_terminal:
         err.width = 120  # piped stderr: do not squeeze the summary into 80 columns
     show_progress = not args.quiet and err.is_terminal
-    with (make_progress(err) if show_progress else nullcontext()) as progress:
-        result = replay(args.events, settings.monitor, progress)
+    if args.engine == "spark":
+        from isr.stream.replay_spark import replay_spark
+        result = replay_spark(args.events, settings)
+    else:
+        with (make_progress(err) if show_progress else nullcontext()) as progress:
+            result = replay(args.events, settings.monitor, progress)
     out_cm = open(args.output, "wb") if args.output not in (None, "-") else nullcontext(
         sys.stdout.buffer)
     with out_cm as out:
@@ -93,8 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("events", nargs="+", metavar="EVENTS", help="JSON-lines file(s), - for stdin")
     p.add_argument("--policy", metavar="P[,P...]",
                    help="kafka, kip16, legacy, kip501; several run side by side")
-    p.add_argument("--engine", choices=["local"], default="local",
-                   help="local: the pure leader model (the Spark engine comes with `isr run`)")
+    p.add_argument("--engine", choices=["local", "spark"], default="local",
+                   help="local: the leader model in this process (default); spark: the "
+                        "streaming job over the file (Trigger.AvailableNow), same decisions")
     p.add_argument("--output", "-o", metavar="FILE", help="decisions file (default: stdout)")
     p.add_argument("--dead-letters", metavar="FILE",
                    help="write rejected input lines here as dead_letter records")

@@ -76,12 +76,73 @@ class MonitorSettings(_Section):
         return self.min_insync_replicas
 
 
+class KafkaSettings(_Section):
+    """Connection to the Kafka cluster holding the input and output topics."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Optional[str] = None
+    sasl_username: Optional[str] = None
+    # Secrets never come from the TOML: the password is read from this
+    # environment variable, or from this file.
+    sasl_password_env: str = "ISR_KAFKA_SASL_PASSWORD"
+    sasl_password_file: Optional[str] = None
+    ssl_ca_location: Optional[str] = None
+    ssl_certificate_location: Optional[str] = None
+    ssl_key_location: Optional[str] = None
+    # Any other client property, passed through as is (librdkafka names).
+    properties: dict[str, str] = {}
+
+    def sasl_password(self) -> Optional[str]:
+        if self.sasl_password_file:
+            try:
+                return Path(self.sasl_password_file).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"kafka.sasl_password_file: {exc}") from None
+        return os.environ.get(self.sasl_password_env)
+
+
+class InputSettings(_Section):
+    # "python": the monitor's own streaming source (confluent-kafka, Spark's
+    # Python Data Source API); "kafka": Spark's built-in connector, which a
+    # cluster adds with --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>.
+    source: Literal["python", "kafka"] = "python"
+    topics: list[str] = ["isr.fetch-events"]
+    # A regular expression; when set it replaces `topics`.
+    topic_pattern: Optional[str] = None
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    # Like Spark's maxOffsetsPerTrigger: records per micro-batch, all partitions.
+    max_offsets_per_trigger: Optional[Annotated[int, Field(gt=0)]] = None
+
+
+class OutputSettings(_Section):
+    changes_topic: str = "isr.changes"
+    state_topic: str = "isr.partition-state"
+    dead_letter_topic: str = "isr.dead-letters"
+    # One record per written micro-batch: what makes the sinks exactly-once.
+    commit_topic: str = "isr.sink-commits"
+
+
+class StreamSettings(_Section):
+    # Used by `isr run` / `isr demo`; spark-submit's --master wins.
+    master: str = "local[2]"
+    trigger_interval: str = "1 second"
+    checkpoint_location: str = "checkpoints/isr-monitor"
+    # State keys: each holds the leader models of many partitions.
+    state_buckets: Annotated[int, Field(ge=1, le=4096)] = 4
+    query_name: str = "isr-monitor"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ISR_", env_nested_delimiter="__", extra="forbid", frozen=True
     )
 
     monitor: MonitorSettings = MonitorSettings()
+    kafka: KafkaSettings = KafkaSettings()
+    input: InputSettings = InputSettings()
+    output: OutputSettings = OutputSettings()
+    stream: StreamSettings = StreamSettings()
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

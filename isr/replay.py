@@ -118,6 +118,7 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
             stats.accepted += 1
     engine.finish()
     stats.ignored = engine.ignored
+    dead.sort(key=lambda d: (d.source, d.offset))  # as every engine reports them
     return ReplayResult(engine.sorted_decisions(), engine.states(), dead, stats, engine.summary())
 
 

@@ -63,6 +63,9 @@ class LocalEngine:
     # Called with (origin, reason) when the model rejects a released event;
     # `origin` is whatever the caller passed to `submit` (source, offset, bytes).
     on_reject: Optional[Callable[[Any, str], None]] = None
+    # True: the watermark comes from outside (Spark's, per micro-batch) through
+    # advance_watermark(wm) instead of from the events seen here.
+    external_watermark: bool = False
     decisions: list = field(default_factory=list)
     ignored: Counter = field(default_factory=Counter)
 
@@ -71,7 +74,9 @@ class LocalEngine:
         self.rules = {p: rules_for(self.monitor, p) for p in self.policies}
         self.partitions: dict[str, dict[tuple, PartitionModel]] = {p: {} for p in self.policies}
         self.brokers: dict[str, Brokers] = {}
-        self.sequencer = Sequencer(self.monitor.allowed_lateness_ms)
+        self.sequencer = Sequencer(
+            None if self.external_watermark else self.monitor.allowed_lateness_ms)
+        self.touched: set[tuple] = set()  # partitions changed since take_touched_states
         self.max_ts = -1
         # zk mode: per (policy, cluster, leader broker) batching, fed with
         # leader-driven ISR changes once the watermark has made them final.
@@ -102,10 +107,12 @@ class LocalEngine:
                 self.max_ts = event.ts
             self.apply(event)
 
-    def advance_watermark(self) -> None:
+    def advance_watermark(self, watermark: Optional[int] = None) -> None:
         """Streaming: apply what the watermark released and run every check
         before it, idle partitions included. Decisions up to the watermark are
-        then final."""
+        then final. An external watermark is given here."""
+        if watermark is not None:
+            self.sequencer.external_watermark = max(self.sequencer.external_watermark, watermark)
         self._run(self.sequencer.release())
         watermark = self.sequencer.watermark
         if watermark >= 0:
@@ -117,13 +124,27 @@ class LocalEngine:
         self._collect_changes()
         taken, self.decisions = self.decisions, []
         self._scanned = 0
+        for d in taken:
+            if isinstance(d, IsrChange):
+                self.touched.add((d.cluster, d.topic, d.partition))
         return taken
 
-    def finish(self) -> None:
-        """End of a bounded input: apply everything, run checks up to the last ts."""
+    def take_touched_states(self) -> list[PartitionState]:
+        """The partition_state of every partition changed since the last call
+        (call after take_decisions: a decision counts as a change)."""
+        touched, self.touched = self.touched, set()
+        return [self.partitions[p][key].view() for p in self.policies for key in sorted(touched)
+                if key in self.partitions[p]]
+
+    def finish(self, until: Optional[int] = None) -> None:
+        """End of a bounded input: apply everything, run checks up to the last
+        ts (or `until`, the last ts of the whole input when this engine holds
+        only part of it)."""
         self._run(self.sequencer.drain())
-        self.advance_all(self.max_ts, inclusive=True)
-        self._propagate(self.max_ts, inclusive=True)
+        until = self.max_ts if until is None else max(until, self.max_ts)
+        self.max_ts = until
+        self.advance_all(until, inclusive=True)
+        self._propagate(until, inclusive=True)
 
     # ------------------------------------------------------------ model
     def _run(self, ready: list) -> None:
@@ -146,6 +167,7 @@ class LocalEngine:
             return APPLIED
         outcome = APPLIED
         key = (event.cluster, event.topic, event.partition)
+        self.touched.add(key)
         brokers = self.brokers.get(event.cluster) or self._brokers_of(event.cluster)
         out = self.decisions
         first = True
@@ -225,7 +247,7 @@ class LocalEngine:
             "partitions": {p: [m.to_list() for m in parts.values()]
                            for p, parts in self.partitions.items()},
             "brokers": {c: b.to_list() for c, b in self.brokers.items()},
-            "sequencer": [self.sequencer.max_ts, pending],
+            "sequencer": [self.sequencer.max_ts, pending, self.sequencer.external_watermark],
             "max_ts": self.max_ts,
             "propagations": [p.to_list() for p in self.propagations.values()],
             "backlog": self._backlog,
@@ -234,11 +256,13 @@ class LocalEngine:
 
     @classmethod
     def restore(cls, monitor: MonitorSettings, blob: bytes,
-                on_reject: Optional[Callable[[Any, str], None]] = None) -> "LocalEngine":
+                on_reject: Optional[Callable[[Any, str], None]] = None,
+                external_watermark: bool = False) -> "LocalEngine":
         data = orjson.loads(blob)
         if data["v"] != cls.SNAPSHOT_VERSION:
             raise ValueError(f"engine state version {data['v']} is not {cls.SNAPSHOT_VERSION}")
-        engine = cls(monitor, policies=data["policies"], on_reject=on_reject)
+        engine = cls(monitor, policies=data["policies"], on_reject=on_reject,
+                     external_watermark=external_watermark)
         if list(monitor.policy) != data["policies"]:
             raise ValueError(f"state was written for policies {data['policies']}, "
                              f"the configuration says {list(monitor.policy)}")
@@ -247,8 +271,9 @@ class LocalEngine:
             models = (PartitionModel.from_list(rules, row) for row in rows)
             engine.partitions[policy] = {m.key: m for m in models}
         engine.brokers = {c: Brokers.from_list(rows) for c, rows in data["brokers"].items()}
-        max_ts, pending = data["sequencer"]
+        max_ts, pending, external = data["sequencer"]
         engine.sequencer.max_ts = max_ts
+        engine.sequencer.external_watermark = external
         for ts, seq, ev, origin in pending:
             event = validate(ev)
             if isinstance(event, Rejection):  # only if the contract itself changed
@@ -271,25 +296,40 @@ class LocalEngine:
         return sorted(self.decisions, key=output_order)
 
     def summary(self) -> list[PolicySummary]:
-        rows = {p: PolicySummary(p) for p in self.policies}
-        for d in self.decisions:
-            if isinstance(d, IsrChange):
-                row = rows[d.policy]
-                if d.cause == "controller":
-                    row.controller_removals += 1
-                elif d.action == "shrink":
-                    row.shrinks += 1
-                else:
-                    row.expands += 1
+        return summarize(self.policies, self.decisions, self.model_stats())
+
+    def model_stats(self) -> dict[str, list[int]]:
+        """Per policy: [partitions, partitions ever under min ISR, ms under min ISR]."""
+        stats = {}
         for policy, parts in self.partitions.items():
-            row = rows[policy]
-            row.partitions = len(parts)
+            row = stats[policy] = [len(parts), 0, 0]
             for m in parts.values():
                 under = m.time_under_min_isr(self.max_ts)
                 if under > 0 or m.is_under_min_isr():
-                    row.partitions_under_min_isr += 1
-                row.time_under_min_isr_ms += under
-        return list(rows.values())
+                    row[1] += 1
+                row[2] += under
+        return stats
+
+
+def summarize(policies: list[str], decisions: Iterable, stats: dict[str, list[int]]
+              ) -> list[PolicySummary]:
+    """The replay summary from the decisions and the models' statistics."""
+    rows = {p: PolicySummary(p) for p in policies}
+    for d in decisions:
+        if isinstance(d, IsrChange):
+            row = rows[d.policy]
+            if d.cause == "controller":
+                row.controller_removals += 1
+            elif d.action == "shrink":
+                row.shrinks += 1
+            else:
+                row.expands += 1
+    for policy, (partitions, under, under_ms) in stats.items():
+        row = rows[policy]
+        row.partitions += partitions
+        row.partitions_under_min_isr += under
+        row.time_under_min_isr_ms += under_ms
+    return list(rows.values())
 
 
 _POLICY_ORDER = {"kafka": 0, "kip16": 1, "legacy": 2, "kip501": 3}

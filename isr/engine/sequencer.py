@@ -11,14 +11,16 @@ sorted.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any
+from typing import Any, Optional
 
 
 class Sequencer:
-    __slots__ = ("allowed_lateness_ms", "max_ts", "pending", "release_at")
+    __slots__ = ("allowed_lateness_ms", "max_ts", "pending", "release_at", "external_watermark")
 
-    def __init__(self, allowed_lateness_ms: int, max_ts: int = -1) -> None:
+    def __init__(self, allowed_lateness_ms: Optional[int], max_ts: int = -1) -> None:
+        # None: the watermark is set from outside (Spark's, once per micro-batch).
         self.allowed_lateness_ms = allowed_lateness_ms
+        self.external_watermark = -1
         self.max_ts = max_ts
         # (ts, seq, event, origin); seq is unique, so entries never compare
         # their events.
@@ -29,12 +31,17 @@ class Sequencer:
 
     @property
     def watermark(self) -> int:
+        if self.allowed_lateness_ms is None:
+            return self.external_watermark
         return self.max_ts - self.allowed_lateness_ms if self.max_ts >= 0 else -1
 
     def offer(self, ts: int, seq: int, event: Any, origin: Any = None) -> bool:
         """Queue an event; False (and nothing queued) if it is late."""
         max_ts = self.max_ts
-        if max_ts >= 0 and ts < max_ts - self.allowed_lateness_ms:
+        if self.allowed_lateness_ms is None:
+            if ts < self.external_watermark:
+                return False
+        elif max_ts >= 0 and ts < max_ts - self.allowed_lateness_ms:
             return False
         if ts > max_ts:
             self.max_ts = ts

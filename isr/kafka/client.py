@@ -1,0 +1,112 @@
+"""confluent-kafka clients built from the settings, and the offset questions
+the source and the sinks ask."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Iterable, Optional
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from isr.config import KafkaSettings
+
+
+def client_config(kafka: KafkaSettings) -> dict[str, str]:
+    """librdkafka properties, security included; secrets resolved here only."""
+    conf = {"bootstrap.servers": kafka.bootstrap_servers,
+            "security.protocol": kafka.security_protocol}
+    optional = {"sasl.mechanism": kafka.sasl_mechanism, "sasl.username": kafka.sasl_username,
+                "ssl.ca.location": kafka.ssl_ca_location,
+                "ssl.certificate.location": kafka.ssl_certificate_location,
+                "ssl.key.location": kafka.ssl_key_location}
+    conf.update({k: v for k, v in optional.items() if v})
+    password = kafka.sasl_password() if kafka.security_protocol.startswith("SASL") else None
+    if password:
+        conf["sasl.password"] = password
+    conf.update(kafka.properties)
+    return conf
+
+
+def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
+    """The same settings as options of Spark's built-in `kafka` format."""
+    return {f"kafka.{k}": v for k, v in client_config(kafka).items()}
+
+
+def consumer(conf: dict[str, str], **extra) -> Consumer:
+    return Consumer({**conf, "group.id": "isr-monitor-offsets", "enable.auto.commit": False,
+                     "enable.partition.eof": True, "log_level": 3, **extra})
+
+
+def producer(conf: dict[str, str], **extra) -> Producer:
+    # Idempotent: a retried send is never written twice.
+    return Producer({**conf, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                     "log_level": 3, **extra})
+
+
+def admin(conf: dict[str, str]) -> AdminClient:
+    return AdminClient({**conf, "log_level": 3})
+
+
+def topic_partitions(conf: dict[str, str], topics: Iterable[str] = (),
+                     pattern: Optional[str] = None, timeout: float = 10.0) -> list[tuple[str, int]]:
+    """(topic, partition) of the listed topics, or of every topic matching the pattern."""
+    metadata = admin(conf).list_topics(timeout=timeout)
+    if pattern is not None:
+        regex = re.compile(pattern)
+        names = sorted(t for t in metadata.topics if regex.fullmatch(t))
+    else:
+        names = list(topics)
+    found = []
+    for name in names:
+        topic = metadata.topics.get(name)
+        if topic is None or topic.error is not None:
+            continue  # not there yet: picked up once it exists
+        found.extend((name, p) for p in sorted(topic.partitions))
+    return found
+
+
+def end_offsets(conf: dict[str, str], partitions: list[tuple[str, int]],
+                known: Optional[dict[tuple[str, int], int]] = None,
+                timeout: float = 10.0) -> dict[tuple[str, int], int]:
+    """The true end (high watermark) of each partition.
+
+    ListOffsets(latest) is not trusted: the embedded broker answers the last
+    batch's base offset + 1, which would leave a partition's tail unread. The
+    high watermark carried by a fetch response is right on every broker, so
+    one fetch is made per partition, from just below the listed end (or from
+    the end already known), and the fetched high watermark wins when higher.
+    """
+    if not partitions:
+        return {}
+    known = known or {}
+    c = consumer(conf, **{"fetch.max.bytes": "1048576", "max.partition.fetch.bytes": "65536"})
+    try:
+        listed = {}
+        for tp in partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout)
+            listed[tp] = max(high, known.get(tp, 0))
+        assign = [TopicPartition(t, p, max(0, listed[(t, p)] - 1)) for t, p in partitions
+                  if listed[(t, p)] > 0]
+        ends = dict(listed)
+        if assign:
+            c.assign(assign)
+            waiting = {(tp.topic, tp.partition) for tp in assign}
+            deadline = time.monotonic() + timeout
+            while waiting and time.monotonic() < deadline:
+                msg = c.poll(0.2)
+                if msg is None:
+                    continue
+                tp = (msg.topic(), msg.partition())
+                err = msg.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    continue
+                waiting.discard(tp)
+            for t, p in {(tp.topic, tp.partition) for tp in assign}:
+                _low, high = c.get_watermark_offsets(TopicPartition(t, p), cached=True)
+                if high is not None and high > ends[(t, p)]:
+                    ends[(t, p)] = high
+        return ends
+    finally:
+        c.close()

@@ -1,0 +1,115 @@
+"""A bounded streaming source over JSON-lines files, for `isr replay --engine spark`.
+
+Same columns as the Kafka sources. `offset` is the line's index over all
+files (the arrival order the local engine uses), `key` its 1-based line
+number in its file (what a dead letter reports), `partition` is -1 (a file,
+not a Kafka partition). After the last line comes one end-of-input row whose
+key is the largest event time of the input: it makes every bucket apply what
+it still holds and run its checks up to that time.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from isr.stream.operator import END_OF_INPUT
+from isr.stream.source import SCHEMA
+
+
+def line_starts(path: str) -> list[tuple[int, int]]:
+    """(byte offset, 1-based line number) of every non-blank line."""
+    starts, pos = [], 0
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                starts.append((pos, number))
+            pos += len(line)
+    return starts
+
+
+class LineRange(InputPartition):
+    def __init__(self, path: str, label: str, first_index: int, first_line: int, count: int,
+                 byte_start: int, end_row: bool, end_ts: int) -> None:
+        super().__init__((path, first_index, count))
+        self.path, self.label, self.first_index, self.first_line, self.count = (
+            path, label, first_index, first_line, count)
+        self.byte_start, self.end_row, self.end_ts = byte_start, end_row, end_ts
+
+
+class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options) -> None:
+        opts = {str(k).lower(): v for k, v in dict(options).items()}
+        self.paths: list[str] = json.loads(opts["paths"])
+        # What dead letters name as the source (e.g. "-" for stdin).
+        self.labels: list[str] = json.loads(opts.get("labels") or opts["paths"])
+        self.end_ts = int(opts["end_ts"])
+        limit = opts.get("maxoffsetspertrigger")
+        self.max_rows = int(limit) if limit else None
+        self.starts = [line_starts(p) for p in self.paths]
+        # Global row index -> (file, line within file); +1 for the end row.
+        self.total = sum(len(s) for s in self.starts) + 1
+
+    def initialOffset(self) -> dict:
+        return {"row": 0}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if isinstance(limit, ReadMaxRows):
+            return {"row": min(self.total, start["row"] + limit.max_rows)}
+        return {"row": self.total}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass  # files do not grow
+
+    def partitions(self, start: dict, end: dict) -> list[LineRange]:
+        ranges, base = [], 0
+        lo, hi = start["row"], end["row"]
+        for path, label, starts in zip(self.paths, self.labels, self.starts):
+            first, last = max(lo, base), min(hi, base + len(starts))
+            if first < last:
+                byte, number = starts[first - base]
+                ranges.append(LineRange(path, label, first, number, last - first, byte, False, 0))
+            base += len(starts)
+        if lo <= base < hi:  # the end-of-input row
+            ranges.append(LineRange("", "", base, 0, 0, 0, True, self.end_ts))
+        return ranges
+
+    def read(self, partition: LineRange) -> Iterator[tuple]:
+        if partition.end_row:
+            yield (str(partition.end_ts).encode(), END_OF_INPUT, "", -1, partition.first_index,
+                   None)
+            return
+        with open(partition.path, "rb") as f:
+            f.seek(partition.byte_start)
+            index, line_no, left = partition.first_index, partition.first_line, partition.count
+            for raw in f:
+                if not left:
+                    break
+                raw = raw.rstrip(b"\r\n")
+                if raw.strip():
+                    yield (str(line_no).encode(), raw, partition.label, -1, index, None)
+                    index, left = index + 1, left - 1
+                line_no += 1
+
+
+class LinesDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "isr_lines"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema) -> LinesStreamReader:
+        return LinesStreamReader(self.options)

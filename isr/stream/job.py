@@ -1,0 +1,176 @@
+"""The streaming job: Kafka topics in, stateful leader model on Spark,
+decisions out (to Kafka, or to any `write_batch(batch_id, rows)` sink).
+
+    source (built-in `kafka` or `isr_kafka`) -> key, value, topic, partition, offset
+      -> pre-stage in the JVM: bucket, ts, seq (json_tuple; broker events to every bucket)
+      -> withWatermark(allowed lateness)
+      -> groupBy(bucket).applyInPandasWithState(leader model)   [operator.py]
+      -> foreachBatch -> sink                                    [sink.py]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Optional
+
+from isr.config import Settings
+from isr.stream.operator import INPUT_COLUMNS, OUTPUT_SCHEMA, STATE_SCHEMA, make_state_function
+
+KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+
+
+def spark_session(settings: Settings, master: Optional[str] = None, app_name: str = "isr-monitor"):
+    """A session for `isr run` / tests; under spark-submit the existing one is used."""
+    from pyspark.sql import SparkSession
+
+    # Python workers must run this interpreter (the venv), not the system one.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    builder = (builder
+               .config("spark.sql.shuffle.partitions", str(settings.stream.state_buckets))
+               .config("spark.sql.streaming.stateStore.providerClass",
+                       "org.apache.spark.sql.execution.streaming.state."
+                       "RocksDBStateStoreProvider")
+               .config("spark.ui.enabled", os.environ.get("ISR_SPARK_UI", "false"))
+               .config("spark.ui.showConsoleProgress", "false")
+               # pandas warns inside Spark's own worker code; not ours to fix.
+               .config("spark.executorEnv.PYTHONWARNINGS", "ignore::FutureWarning")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("ISR_SPARK_LOG_LEVEL", "WARN"))
+    return spark
+
+
+def source_options(settings: Settings) -> dict[str, str]:
+    """Options for either source: Spark's `kafka` format takes the same names."""
+    from isr.kafka.client import spark_kafka_options
+
+    opts = spark_kafka_options(settings.kafka)
+    inp = settings.input
+    if inp.topic_pattern:
+        opts["subscribePattern"] = inp.topic_pattern
+    else:
+        opts["subscribe"] = ",".join(inp.topics)
+    opts["startingOffsets"] = inp.starting_offsets
+    if inp.max_offsets_per_trigger:
+        opts["maxOffsetsPerTrigger"] = str(inp.max_offsets_per_trigger)
+    if inp.source == "kafka":
+        opts["failOnDataLoss"] = "true"
+    return opts
+
+
+def read_source(spark, settings: Settings):
+    from isr.stream.source import IsrKafkaDataSource
+
+    if settings.input.source == "python":
+        spark.dataSource.register(IsrKafkaDataSource)
+        fmt = "isr_kafka"
+    else:
+        fmt = "kafka"  # needs the connector jar (--packages KAFKA_PACKAGE:<spark version>)
+    reader = spark.readStream.format(fmt)
+    for k, v in source_options(settings).items():
+        reader = reader.option(k, v)
+    return reader.load().select("key", "value", "topic", "partition", "offset")
+
+
+def prepare(df, buckets: int, allowed_lateness_ms: int):
+    """JVM-side pre-stage: which bucket each row goes to, its event time and
+    its arrival order. Broker events (cluster-wide) go to every bucket."""
+    from pyspark.sql import functions as F
+
+    from isr.stream.operator import END_OF_INPUT
+
+    v = F.col("value").cast("string")
+    fields = df.select("*", F.json_tuple(v, "type", "cluster", "topic", "partition", "ts")
+                       .alias("j_type", "j_cluster", "j_topic", "j_partition", "j_ts"))
+    is_end = F.col("value") == F.lit(END_OF_INPUT)
+    broadcast = (F.col("j_type") == "broker") | is_end
+    cluster = F.coalesce(F.col("j_cluster"), F.lit("default"))
+    # Rows that are not JSON spread by their source coordinates instead.
+    home = F.when(F.col("j_topic").isNotNull(),
+                  F.pmod(F.hash(cluster, F.col("j_topic"), F.col("j_partition")), F.lit(buckets))
+                  ).otherwise(F.pmod(F.hash(F.col("topic"), F.col("partition"), F.col("offset")),
+                                     F.lit(buckets)))
+    targets = F.when(broadcast, F.sequence(F.lit(0), F.lit(buckets - 1))).otherwise(
+        F.array(home))
+    ts = F.col("j_ts").cast("long")
+    # Arrival order: offset within the source partition, then the partition.
+    seq = F.col("offset") * F.lit(1 << 20) + F.pmod(F.hash("topic", "partition"), F.lit(1 << 20))
+    out = fields.select(
+        F.explode(targets).alias("bucket"),
+        ts.alias("ts"),
+        seq.alias("seq"),
+        F.col("key"),
+        F.col("value"),
+        F.col("topic"),
+        F.col("partition"),
+        F.col("offset"),
+        F.coalesce(broadcast, F.lit(False)).alias("broadcast"),
+        F.when(is_end, F.col("key").cast("string").cast("long")).alias("end_ts"),
+        F.timestamp_millis(ts).alias("et"),
+    )
+    return out.withWatermark("et", f"{allowed_lateness_ms} milliseconds")
+
+
+def decisions_stream(spark, settings: Settings, source_df):
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    prepared = prepare(source_df, settings.stream.state_buckets,
+                       settings.monitor.allowed_lateness_ms).select(*INPUT_COLUMNS)
+    return prepared.groupBy("bucket").applyInPandasWithState(
+        make_state_function(settings.monitor), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
+        GroupStateTimeout.EventTimeTimeout)
+
+
+def start(spark, settings: Settings, write_batch: Callable, source_df=None,
+          trigger: Optional[dict] = None, checkpoint: Optional[str] = None):
+    """Start the query; `write_batch(batch_id, rows)` receives each micro-batch's
+    output rows (kind, key, id, ts, value) on the driver."""
+    source_df = read_source(spark, settings) if source_df is None else source_df
+    out = decisions_stream(spark, settings, source_df)
+
+    def each_batch(df, batch_id: int) -> None:
+        write_batch(batch_id, [tuple(r) for r in df.collect()])
+
+    trigger = trigger or {"processingTime": settings.stream.trigger_interval}
+    return (out.writeStream.foreachBatch(each_batch)
+            .queryName(settings.stream.query_name)
+            .option("checkpointLocation", checkpoint or settings.stream.checkpoint_location)
+            .trigger(**trigger)
+            .start())
+
+
+def ensure_topics(conf: dict, names: list[str], partitions: int = 1) -> None:
+    """Create missing output topics (brokers may not auto-create them)."""
+    from confluent_kafka.admin import NewTopic
+
+    from isr.kafka.client import admin
+
+    client = admin(conf)
+    existing = set(client.list_topics(timeout=10).topics)
+    missing = [n for n in dict.fromkeys(names) if n not in existing]
+    if missing:
+        for future in client.create_topics([NewTopic(n, partitions, 1) for n in missing]).values():
+            try:
+                future.result(timeout=10)
+            except Exception as exc:  # noqa: BLE001 - created meanwhile is fine
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+
+
+def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
+                 master: Optional[str] = None):
+    """`isr run` and jobs/isr_monitor.py: Kafka in, Kafka out. Returns the query."""
+    from isr.kafka.client import client_config
+    from isr.stream.sink import KafkaSink
+
+    conf = client_config(settings.kafka)
+    out = settings.output
+    ensure_topics(conf, [out.changes_topic, out.state_topic, out.dead_letter_topic,
+                         out.commit_topic])
+    spark = spark or spark_session(settings, master)
+    sink = KafkaSink(conf, out, settings.stream.query_name)
+    return start(spark, settings, sink.write_batch, trigger=trigger)
