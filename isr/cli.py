@@ -60,6 +60,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from isr.stream.job import run_to_kafka
+
+    settings = _settings(args)
+    trigger = {"availableNow": True} if args.available_now else None
+    query = run_to_kafka(settings, trigger=trigger, master=args.master or settings.stream.master)
+    print(f"isr: query {settings.stream.query_name} running; checkpoint "
+          f"{settings.stream.checkpoint_location}", file=sys.stderr)
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from isr.demo import run_demo
+
+    return run_demo(args.config, args.set or [], args.duration, Console())
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from isr.contract import json_schemas
 
@@ -108,6 +129,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no summary or progress on stderr")
     _add_config_options(p)
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("run", help="the streaming job: Kafka topics in, decisions to Kafka",
+                       description="Run the Spark Structured Streaming job (what "
+                                   "jobs/isr_monitor.py runs under spark-submit): read fetch-state "
+                                   "events from [input] topics, keep every partition's leader "
+                                   "model in Spark's state store, write isr_change, "
+                                   "partition_state and dead letters to [output] topics.")
+    p.add_argument("--master", help="Spark master (default: stream.master, local[2])")
+    p.add_argument("--available-now", action="store_true",
+                   help="process what is in the topics now, then stop (Trigger.AvailableNow)")
+    _add_config_options(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="embedded broker + generator + job, ISR changes shown live",
+                       description="Start the embedded Kafka-protocol broker (Tansu), a small "
+                                   "event generator (one broker pauses longer than the lag "
+                                   "limit now and then) and the streaming job, and show ISR "
+                                   "changes as the job writes them. Ctrl-C stops everything.")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="stop after this long (default: until Ctrl-C)")
+    _add_config_options(p)
+    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("schema", help="print the JSON Schemas of input and output records",
                        description="Print the JSON Schema of every input event and output "

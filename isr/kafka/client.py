@@ -36,17 +36,17 @@ def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
 
 def consumer(conf: dict[str, str], **extra) -> Consumer:
     return Consumer({**conf, "group.id": "isr-monitor-offsets", "enable.auto.commit": False,
-                     "enable.partition.eof": True, "log_level": 3, **extra})
+                     "enable.partition.eof": True, "log_level": 2, **extra})
 
 
 def producer(conf: dict[str, str], **extra) -> Producer:
     # Idempotent: a retried send is never written twice.
     return Producer({**conf, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
-                     "log_level": 3, **extra})
+                     "log_level": 2, **extra})
 
 
 def admin(conf: dict[str, str]) -> AdminClient:
-    return AdminClient({**conf, "log_level": 3})
+    return AdminClient({**conf, "log_level": 2})
 
 
 def topic_partitions(conf: dict[str, str], topics: Iterable[str] = (),

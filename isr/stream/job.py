@@ -36,6 +36,9 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
                        "RocksDBStateStoreProvider")
                .config("spark.ui.enabled", os.environ.get("ISR_SPARK_UI", "false"))
                .config("spark.ui.showConsoleProgress", "false")
+               # Spark matches stop-time exception messages with a recursive
+               # regex; a Python traceback in them overflowed the default stack.
+               .config("spark.driver.extraJavaOptions", "-Xss16m")
                # pandas warns inside Spark's own worker code; not ours to fix.
                .config("spark.executorEnv.PYTHONWARNINGS", "ignore::FutureWarning")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
@@ -112,7 +115,22 @@ def prepare(df, buckets: int, allowed_lateness_ms: int):
         F.when(is_end, F.col("key").cast("string").cast("long")).alias("end_ts"),
         F.timestamp_millis(ts).alias("et"),
     )
-    return out.withWatermark("et", f"{allowed_lateness_ms} milliseconds")
+    return keep_late_rows(out.withWatermark("et", f"{allowed_lateness_ms} milliseconds"))
+
+
+def keep_late_rows(df):
+    """Spark's stateful operators silently drop rows older than the previous
+    batch's watermark; the monitor must dead-letter them instead. The
+    watermark is computed where withWatermark() stands, from the real event
+    times; downstream, the event-time column is replaced by a null one that
+    carries the same watermark metadata, so the operator still has its
+    event-time timeouts but finds no row to drop. Late rows are then judged
+    (and dead-lettered) by the operator against the same watermark."""
+    from pyspark.sql import functions as F
+
+    meta = next(f.metadata for f in df.schema.fields if f.name == "et")
+    others = [c for c in df.columns if c != "et"]
+    return df.select(*others, F.lit(None).cast("timestamp").alias("et")).withMetadata("et", meta)
 
 
 def decisions_stream(spark, settings: Settings, source_df):

@@ -1,0 +1,47 @@
+"""spark-submit entry point of the ISR monitor.
+
+    spark-submit --master local[2] jobs/isr_monitor.py --conf conf/isr.toml
+    spark-submit --master yarn --py-files dist/isr_monitor-0.1.0-py3-none-any.whl \\
+        jobs/isr_monitor.py --conf isr.toml --set kafka.bootstrap_servers=broker:9092
+
+The package must be importable by the driver and the executors: install it
+in the cluster's Python environment, or ship the wheel with --py-files (its
+dependencies, pydantic among them, must then be installed on the nodes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="isr_monitor.py")
+    parser.add_argument("--conf", dest="config", help="TOML configuration (conf/isr.toml)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--available-now", action="store_true",
+                        help="process what is in the topics now, then stop")
+    args = parser.parse_args(argv)
+
+    from pyspark.sql import SparkSession
+
+    from isr.config import ConfigError, load_settings
+    from isr.stream.job import run_to_kafka, spark_session
+
+    try:
+        settings = load_settings(args.config, args.set)
+    except ConfigError as exc:
+        print(f"isr_monitor: {exc}", file=sys.stderr)
+        return 2
+    # spark-submit made the session (and chose the master); `python jobs/...`
+    # without it falls back to stream.master.
+    active = SparkSession.getActiveSession()
+    spark = active or spark_session(settings, settings.stream.master)
+    trigger = {"availableNow": True} if args.available_now else None
+    query = run_to_kafka(settings, spark=spark, trigger=trigger)
+    query.awaitTermination()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

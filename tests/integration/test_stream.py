@@ -1,0 +1,136 @@
+"""The streaming job against a real broker (embedded Tansu) and real Spark
+(local[2]): end to end, determinism across micro-batch sizes, bad input,
+idle partitions, and replay --engine spark against --engine local."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import workload
+
+from isr.config import load_settings
+from isr.replay import replay
+from isr.stream import job
+from isr.stream.replay_spark import replay_spark
+from isr.stream.sink import read_to_end
+
+pytestmark = pytest.mark.integration
+
+BASE = [f"monitor.replica_lag_time_max_ms={workload.LAG_MS}", "monitor.allowed_lateness_ms=1000"]
+
+
+def settings_for(broker, tmp_path, *extra):
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    return load_settings(None, BASE + [
+        f"kafka.bootstrap_servers={broker.bootstrap}",
+        f'input.topics=["{prefix}.in"]',
+        f"output.changes_topic={prefix}.changes",
+        f"output.state_topic={prefix}.state",
+        f"output.dead_letter_topic={prefix}.dead",
+        f"output.commit_topic={prefix}.commits",
+        f"stream.checkpoint_location={tmp_path / 'checkpoint'}",
+        f"stream.query_name={prefix}",
+        *extra])
+
+
+def records(broker, topic):
+    return [json.loads(m.value()) for m in read_to_end({"bootstrap.servers": broker.bootstrap},
+                                                        {(topic, 0): 0})]
+
+
+@pytest.fixture(scope="module")
+def workload_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("wl") / "events.jsonl"
+    workload.write_file(path, workload.lines())
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_result(workload_file):
+    return replay([str(workload_file)], load_settings(None, BASE).monitor)
+
+
+def test_end_to_end_kafka_in_kafka_out_equals_local_replay(broker, spark, tmp_path,
+                                                            local_result):
+    s = settings_for(broker, tmp_path)
+    broker.create_topics(s.input.topics, 2)
+    workload.produce(broker.bootstrap, s.input.topics[0], workload.lines())
+    job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
+
+    changes = records(broker, s.output.changes_topic)
+    # The stream has decided everything before its last watermark; a bounded
+    # replay also flushes the last allowed_lateness_ms of input.
+    watermark = max(e["ts"] for e in workload.events()) - 1000
+    expected = [json.loads(d.model_dump_json()) for d in local_result.decisions
+                if d.ts < watermark]
+    assert sorted(changes, key=lambda d: d["id"]) == sorted(expected, key=lambda d: d["id"])
+    assert len({d["id"] for d in changes}) == len(changes)  # written once
+
+    # The idle partition (1) was shrunk by watermark-driven checks only.
+    idle = [d for d in changes if d["partition"] == 1]
+    assert [(d["ts"] - workload.T0, d["replicas"]) for d in idle] == [(25000, [4]), (30000, [3])]
+    # The fenced broker (a cluster-wide event) reached every partition.
+    assert {(d["partition"], d["cause"]) for d in changes if d["replicas"] == [4]
+            and d["ts"] == workload.T0 + 40250} == {(2, "controller")}
+
+    dead = records(broker, s.output.dead_letter_topic)
+    assert sorted(d["reason"] for d in dead) == sorted(d.reason for d in local_result.dead_letters)
+    assert {d["reason_class"] for d in dead} == {"not_json", "unknown_type", "invalid"}
+    assert all(d["source"].startswith(s.input.topics[0] + "/") for d in dead)
+
+    states = {}
+    for st in records(broker, s.output.state_topic):
+        states[(st["topic"], st["partition"])] = st
+    assert set(states) == {("orders", p) for p in range(4)}
+    assert states[("orders", 1)]["isr"] == [2]
+
+
+def test_late_events_are_dead_lettered_and_later_events_still_decided(broker, spark, tmp_path):
+    s = settings_for(broker, tmp_path)
+    topic = s.input.topics[0]
+    broker.create_topics([topic], 1)
+    first = [json.dumps(e).encode() for e in workload.events(seconds=30, partitions=1)]
+    workload.produce(broker.bootstrap, topic, first)
+    job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
+    late = {"v": 1, "type": "append", "ts": workload.T0 + 1000, "topic": "orders",
+            "partition": 0, "leader": 1, "leader_epoch": 1, "leader_leo": 5}
+    # After the late one, later events still move the watermark and decide:
+    # replica 2 stopped fetching when the first input ended (30 s).
+    later = {"v": 1, "type": "fetch", "ts": workload.T0 + 90_000, "topic": "orders",
+             "partition": 0, "leader": 1, "leader_epoch": 1, "replica": 2,
+             "fetch_offset": 180, "leader_leo": 180}
+    workload.produce(broker.bootstrap, topic, [json.dumps(late).encode(),
+                                               json.dumps(later).encode()])
+    job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
+    (dead,) = records(broker, s.output.dead_letter_topic)
+    assert dead["reason_class"] == "late" and "before the watermark" in dead["reason"]
+    assert json.loads(dead["raw"]) == late
+    changes = records(broker, s.output.changes_topic)
+    assert [(c["ts"] - workload.T0, c["action"], c["replicas"]) for c in changes] == [
+        (25000, "shrink", [3]), (40000, "shrink", [2])]
+
+
+def test_replay_engine_spark_is_byte_identical_to_local(spark, workload_file):
+    settings = load_settings(None, BASE + ["monitor.policy=kafka,kip16,kip501",
+                                           "monitor.propagation=zk"])
+    local = replay([str(workload_file)], settings.monitor)
+    remote = replay_spark([str(workload_file)], settings, spark=spark)
+    dump = lambda rs: "".join(r.model_dump_json() + "\n" for r in rs)  # noqa: E731
+    assert dump(remote.decisions) == dump(local.decisions)
+    assert dump(remote.states) == dump(local.states)
+    assert dump(remote.dead_letters) == dump(local.dead_letters)
+    assert [vars(r) for r in remote.summary] == [vars(r) for r in local.summary]
+    assert any(d.type == "isr_propagation" for d in local.decisions)
+
+
+@pytest.mark.parametrize("limit", [37, 400])
+def test_decisions_do_not_depend_on_micro_batch_size(spark, workload_file, local_result, limit):
+    settings = load_settings(None, BASE)
+    remote = replay_spark([str(workload_file)], settings, spark=spark,
+                          max_offsets_per_trigger=limit)
+    assert [d.model_dump_json() for d in remote.decisions] == [
+        d.model_dump_json() for d in local_result.decisions]
+    assert [s.model_dump_json() for s in remote.states] == [
+        s.model_dump_json() for s in local_result.states]

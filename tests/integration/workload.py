@@ -1,0 +1,90 @@
+"""A small cluster's fetch-state events for the streaming tests, with every
+behaviour the job must get right: steady followers, a follower that gets
+stuck, a partition that goes idle after its follower stalled (only the
+watermark can drive its shrink), a fenced broker (cluster-wide event), and
+bad input."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+from confluent_kafka import Producer
+
+T0 = 1_800_000_000_000
+LAG_MS = 10_000  # run with monitor.replica_lag_time_max_ms = LAG_MS
+
+BAD_LINES = [
+    b"this is not json",
+    b'{"v":1,"type":"gossip","ts":1800000001000,"topic":"orders","partition":0}',
+    b'{"v":1,"type":"fetch","ts":1800000001000,"topic":"orders","partition":0,"leader":1,'
+    b'"leader_epoch":1,"replica":2,"fetch_offset":-5,"leader_leo":10}',
+]
+
+
+def events(seconds: int = 60, partitions: int = 4, step_ms: int = 500) -> list[dict]:
+    out = []
+    parts = []
+    for p in range(partitions):
+        replicas = [1 + p % 4, 1 + (p + 1) % 4, 1 + (p + 2) % 4]
+        parts.append({"p": p, "replicas": replicas, "leo": 0,
+                      "seen": {r: 0 for r in replicas[1:]}})
+        out.append({"v": 1, "type": "leader", "ts": T0, "topic": "orders", "partition": p,
+                    "leader": replicas[0], "leader_epoch": 1, "replicas": replicas,
+                    "isr": replicas, "leader_epoch_start_offset": 0})
+    for t in range(step_ms, seconds * 1000 + 1, step_ms):
+        ts = T0 + t
+        if t == 40_000:  # broker 4 loses its session: the controller fences it
+            # (250 ms off the grid: no same-ms tie with events of other partitions,
+            # whose relative order Kafka does not define)
+            out.append({"v": 1, "type": "broker", "ts": ts + 250, "broker": 4,
+                        "broker_epoch": 7, "state": "fenced"})
+        for part in parts:
+            p, replicas = part["p"], part["replicas"]
+            if p == 1 and t > 20_000:
+                continue  # partition 1 goes idle
+            base = {"v": 1, "ts": ts, "topic": "orders", "partition": p,
+                    "leader": replicas[0], "leader_epoch": 1}
+            part["leo"] += 3
+            out.append({**base, "type": "append", "leader_leo": part["leo"]})
+            for r in replicas[1:]:
+                if p == 0 and r == replicas[-1] and t > 15_000:
+                    continue  # stuck follower on partition 0
+                if p == 1 and r == replicas[-1] and t > 12_000:
+                    continue  # partition 1's follower stalls before the partition idles
+                if r == 4 and t >= 40_000:
+                    continue  # fenced
+                out.append({**base, "type": "fetch", "replica": r,
+                            "fetch_offset": part["seen"][r], "leader_leo": part["leo"],
+                            "ts": ts + 1})
+                part["seen"][r] = part["leo"]
+    return out
+
+
+def lines(with_bad: bool = True) -> list[bytes]:
+    data = [orjson.dumps(e) for e in events()]
+    if with_bad:
+        for i, bad in enumerate(BAD_LINES):
+            data.insert(50 + 40 * i, bad)
+    return data
+
+
+def write_file(path, data: list[bytes]) -> None:
+    with open(path, "wb") as f:
+        for line in data:
+            f.write(line + b"\n")
+
+
+def produce(bootstrap: str, topic: str, data: list[bytes]) -> None:
+    """Keyed by topic/partition so each monitored partition stays in order."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10, "log_level": 0,
+                  "enable.idempotence": True})
+    for line in data:
+        try:
+            ev = json.loads(line)
+            key = f"{ev.get('topic')}/{ev.get('partition')}" if "topic" in ev else "cluster"
+        except ValueError:
+            key = "garbage"
+        p.produce(topic, key=key, value=line)
+        p.poll(0)
+    p.flush(30)
