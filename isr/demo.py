@@ -31,7 +31,8 @@ def _show(console: Console, record: dict) -> None:
     console.print(
         f"{t} [bold {colour}]{record['action']:6}[/] {record['topic']}-{record['partition']} "
         f"replicas {record['replicas']} ISR {record['isr_before']} -> {record['isr_after']} "
-        f"hw {record['hw']} [dim]({record['cause']}: {record['reason']})[/]", highlight=False)
+        f"hw {record['hw']} [dim]({record['cause']}: {record['reason']})[/]", highlight=False,
+        soft_wrap=True)  # one line per change, also when piped
 
 
 def run_demo(config: Optional[str], overrides: list[str], duration: Optional[float],

@@ -76,7 +76,16 @@ def read_source(spark, settings: Settings):
     reader = spark.readStream.format(fmt)
     for k, v in source_options(settings).items():
         reader = reader.option(k, v)
-    return reader.load().select("key", "value", "topic", "partition", "offset")
+    try:
+        df = reader.load()
+    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException
+        if fmt == "kafka" and "kafka" in str(exc).lower():
+            raise RuntimeError(
+                "input.source = \"kafka\" needs Spark's Kafka connector: run with "
+                f"spark-submit --packages {KAFKA_PACKAGE}:<your Spark version>, or set "
+                "input.source = \"python\"") from exc
+        raise
+    return df.select("key", "value", "topic", "partition", "offset")
 
 
 def prepare(df, buckets: int, allowed_lateness_ms: int):

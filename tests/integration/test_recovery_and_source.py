@@ -1,0 +1,175 @@
+"""Crash recovery (kill -9 mid-stream), the Python Kafka source against the
+embedded broker's offset quirk, the built-in `kafka` format's options, and
+the README's demo command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import workload
+from confluent_kafka import Producer, TopicPartition
+
+from isr.config import load_settings
+from isr.kafka.client import consumer, end_offsets
+from isr.stream import job
+from isr.stream.sink import read_to_end
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _config(tmp_path: Path, broker, name: str, input_topic: str, limit: int) -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f"""
+[monitor]
+replica_lag_time_max_ms = {workload.LAG_MS}
+allowed_lateness_ms = 1000
+[kafka]
+bootstrap_servers = "{broker.bootstrap}"
+[input]
+topics = ["{input_topic}"]
+max_offsets_per_trigger = {limit}
+[output]
+changes_topic = "{name}.changes"
+state_topic = "{name}.state"
+dead_letter_topic = "{name}.dead"
+commit_topic = "{name}.commits"
+[stream]
+checkpoint_location = "{tmp_path / name / 'checkpoint'}"
+query_name = "{name}"
+state_buckets = 2
+""")
+    return path
+
+
+def _run(config: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, ISR_SPARK_LOG_LEVEL="ERROR")
+    return subprocess.Popen([sys.executable, "-m", "isr.cli", "run", "--available-now",
+                             "--config", str(config)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)  # its JVM is in the same group
+
+
+def _messages(broker, topic: str):
+    return list(read_to_end({"bootstrap.servers": broker.bootstrap}, {(topic, 0): 0}))
+
+
+def _committed_batches(broker, name: str) -> int:
+    try:
+        return len(_messages(broker, f"{name}.commits"))
+    except Exception:  # noqa: BLE001 - topic not created yet
+        return 0
+
+
+def test_kill_9_mid_stream_then_restart_gives_exactly_the_uninterrupted_output(broker, tmp_path):
+    input_topic = f"rec{uuid.uuid4().hex[:6]}.in"
+    broker.create_topics([input_topic], 2)
+    workload.produce(broker.bootstrap, input_topic, workload.lines())
+
+    # Reference: the same input, uninterrupted.
+    ref = f"ref{uuid.uuid4().hex[:6]}"
+    proc = _run(_config(tmp_path, broker, ref, input_topic, limit=150))
+    assert proc.wait(timeout=600) == 0, proc.stderr.read().decode()[-3000:]
+
+    # Crashed: kill -9 (the Python driver and its JVM) once a few batches are out.
+    name = f"crash{uuid.uuid4().hex[:6]}"
+    config = _config(tmp_path, broker, name, input_topic, limit=150)
+    proc = _run(config)
+    deadline = time.monotonic() + 300
+    while _committed_batches(broker, name) < 3 and time.monotonic() < deadline:
+        assert proc.poll() is None, "the job ended before it could be killed"
+        time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_after = _committed_batches(broker, name)
+    assert 3 <= killed_after
+    proc = _run(config)  # restart from the checkpoint
+    assert proc.wait(timeout=600) == 0, proc.stderr.read().decode()[-3000:]
+
+    for kind in ("changes", "dead", "state"):
+        expected = [(m.key(), m.value()) for m in _messages(broker, f"{ref}.{kind}")]
+        got = [(m.key(), m.value()) for m in _messages(broker, f"{name}.{kind}")]
+        assert Counter(got) == Counter(expected), kind  # none lost, none duplicated
+    assert len(_messages(broker, f"{ref}.changes")) >= 4
+    assert _committed_batches(broker, name) > killed_after
+
+
+def test_source_reads_the_tail_that_list_offsets_misses(broker):
+    topic = f"tail{uuid.uuid4().hex[:6]}"
+    broker.create_topics([topic], 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 100, "log_level": 0})
+    for i in range(500):
+        p.produce(topic, value=b"x%d" % i)
+    p.flush()
+    conf = {"bootstrap.servers": broker.bootstrap}
+    c = consumer(conf)
+    _low, listed = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    c.close()
+    # The embedded broker's ListOffsets answers the last batch's base offset + 1 ...
+    assert listed < 500
+    # ... the source asks a fetch instead.
+    assert end_offsets(conf, [(topic, 0)]) == {(topic, 0): 500}
+
+
+def test_python_source_delivers_every_record_once_under_a_read_limit(broker, spark, tmp_path):
+    topic = f"src{uuid.uuid4().hex[:6]}"
+    broker.create_topics([topic], 3)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "log_level": 0})
+    for i in range(2000):
+        p.produce(topic, key=b"k%d" % (i % 11), value=b"%d" % i)
+        if i % 300 == 0:
+            p.flush()
+    p.flush()
+    s = load_settings(None, [f"kafka.bootstrap_servers={broker.bootstrap}",
+                             f'input.topics=["{topic}"]', "input.max_offsets_per_trigger=450"])
+    df = job.read_source(spark, s)
+    batches = []
+    q = (df.writeStream.foreachBatch(lambda b, i: batches.append(b.collect()))
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    values = [int(r.value) for batch in batches for r in batch]
+    assert sorted(values) == list(range(2000))
+    assert max(len(b) for b in batches) <= 450 and len([b for b in batches if b]) >= 5
+
+
+def test_builtin_kafka_format_gets_the_same_options():
+    s = load_settings(None, ["kafka.bootstrap_servers=b1:9093", "kafka.security_protocol=SASL_SSL",
+                             "kafka.sasl_mechanism=SCRAM-SHA-512", "kafka.sasl_username=isr",
+                             "input.source=kafka", "input.topic_pattern=isr\\.events\\..*",
+                             "input.max_offsets_per_trigger=1000"])
+    os.environ["ISR_KAFKA_SASL_PASSWORD"] = "s3cret"
+    try:
+        opts = job.source_options(s)
+    finally:
+        del os.environ["ISR_KAFKA_SASL_PASSWORD"]
+    assert opts == {
+        "kafka.bootstrap.servers": "b1:9093", "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.sasl.username": "isr",
+        "kafka.sasl.password": "s3cret", "subscribePattern": "isr\\.events\\..*",
+        "startingOffsets": "earliest", "maxOffsetsPerTrigger": "1000", "failOnDataLoss": "true"}
+
+
+def test_builtin_kafka_format_without_its_jar_fails_with_instructions(spark):
+    s = load_settings(None, ["input.source=kafka"])
+    with pytest.raises(RuntimeError) as exc:
+        job.read_source(spark, s)
+    assert "--packages org.apache.spark:spark-sql-kafka-0-10_2.13" in str(exc.value)
+
+
+def test_demo_shows_isr_changes_live():
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    out = subprocess.run([sys.executable, "-m", "isr.cli", "demo", "--duration", "70"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [ln for ln in out.stdout.splitlines() if " shrink " in ln or " expand " in ln]
+    assert any(" shrink " in ln and "replica 3: lag" in ln for ln in lines), out.stdout[-2000:]
+    assert "stopping" in out.stdout
