@@ -63,13 +63,6 @@ def _lines(sources: list[str], progress: Optional[Progress]) -> Iterator[tuple[s
                 progress.update(task, completed=progress.tasks[task].total)
 
 
-def dead_letter(source: str, offset: int, raw: bytes | str, reason: str,
-                reason_class: str) -> DeadLetter:
-    text = raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
-    return DeadLetter(reason=reason, reason_class=reason_class, raw=text, source=source,
-                      offset=offset)
-
-
 @contextmanager
 def fewer_gc_passes():
     """A replay allocates an object per event while holding many live ones;
@@ -98,7 +91,7 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
         source, offset, raw = origin
         stats.accepted -= 1
         stats.dead_letters["model"] += 1
-        dead.append(dead_letter(source, offset, raw, reason, "model"))
+        dead.append(DeadLetter.of(source, offset, raw, reason, "model"))
 
     engine = LocalEngine(monitor, on_reject=on_reject)
     for seq, (source, offset, raw) in enumerate(_lines(sources, progress)):
@@ -106,14 +99,14 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
         event = decode(raw)
         if isinstance(event, Rejection):
             stats.dead_letters[event.reason_class] += 1
-            dead.append(dead_letter(source, offset, raw, event.reason, event.reason_class))
+            dead.append(DeadLetter.of(source, offset, raw, event.reason, event.reason_class))
             continue
         # The origin rides along (JSON-able) in case the model rejects the event.
         origin = (source, offset, raw.decode("utf-8", "backslashreplace"))
         outcome = engine.submit(event, seq, origin)
         if outcome.status == "late":
             stats.dead_letters["late"] += 1
-            dead.append(dead_letter(source, offset, raw, outcome.reason, "late"))
+            dead.append(DeadLetter.of(source, offset, raw, outcome.reason, "late"))
         else:
             stats.accepted += 1
     engine.finish()

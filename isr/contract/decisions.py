@@ -122,6 +122,13 @@ class DeadLetter(_Out):
     source: str
     offset: int
 
+    @classmethod
+    def of(cls, source: str, offset: int, raw: bytes | str, reason: str,
+           reason_class: str) -> "DeadLetter":
+        text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "backslashreplace")
+        return cls(reason=reason, reason_class=reason_class, raw=text, source=source,
+                   offset=offset)
+
 
 DECISION_TYPES = {
     "isr_change": IsrChange,

@@ -47,6 +47,11 @@ class Outcome:
 APPLIED = Outcome("applied")
 
 
+def late_reason(ts: int, watermark: int, allowed_lateness_ms: int) -> str:
+    return (f"ts {ts} is before the watermark {watermark} "
+            f"(allowed lateness {allowed_lateness_ms} ms)")
+
+
 def rules_for(monitor: MonitorSettings, policy: str) -> Rules:
     return Rules.for_policy(
         policy,
@@ -91,9 +96,8 @@ class LocalEngine:
         once released goes to `on_reject`."""
         sequencer = self.sequencer
         if not sequencer.offer(event.ts, seq, event, origin):
-            return Outcome("late", f"ts {event.ts} is before the watermark "
-                                   f"{sequencer.watermark} (allowed lateness "
-                                   f"{self.monitor.allowed_lateness_ms} ms)")
+            return Outcome("late", late_reason(event.ts, sequencer.watermark,
+                                               self.monitor.allowed_lateness_ms))
         if event.ts > self.max_ts:
             self.max_ts = event.ts
         if len(sequencer.pending) >= sequencer.release_at:

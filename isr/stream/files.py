@@ -22,7 +22,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from isr.stream.operator import END_OF_INPUT
-from isr.stream.source import SCHEMA
+
+CHUNK_ROWS = 50_000
+from isr.stream.source import SCHEMA, record_batch
 
 
 def line_starts(path: str) -> list[tuple[int, int]]:
@@ -77,30 +79,53 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lo, hi = start["row"], end["row"]
         for path, label, starts in zip(self.paths, self.labels, self.starts):
             first, last = max(lo, base), min(hi, base + len(starts))
-            if first < last:
-                byte, number = starts[first - base]
-                ranges.append(LineRange(path, label, first, number, last - first, byte, False, 0))
+            # Chunks, so that several tasks read (and pre-process) in parallel.
+            for chunk in range(first, last, CHUNK_ROWS):
+                count = min(CHUNK_ROWS, last - chunk)
+                byte, number = starts[chunk - base]
+                ranges.append(LineRange(path, label, chunk, number, count, byte, False, 0))
             base += len(starts)
         if lo <= base < hi:  # the end-of-input row
             ranges.append(LineRange("", "", base, 0, 0, 0, True, self.end_ts))
         return ranges
 
-    def read(self, partition: LineRange) -> Iterator[tuple]:
-        if partition.end_row:
-            yield (str(partition.end_ts).encode(), END_OF_INPUT, "", -1, partition.first_index,
-                   None)
-            return
-        with open(partition.path, "rb") as f:
-            f.seek(partition.byte_start)
-            index, line_no, left = partition.first_index, partition.first_line, partition.count
-            for raw in f:
-                if not left:
-                    break
-                raw = raw.rstrip(b"\r\n")
-                if raw.strip():
-                    yield (str(line_no).encode(), raw, partition.label, -1, index, None)
-                    index, left = index + 1, left - 1
-                line_no += 1
+    def read(self, partition: LineRange) -> Iterator:
+        return read_lines(partition)
+
+
+def read_lines(r: LineRange, batch_rows: int = 8192) -> Iterator:
+    """The range's lines as Arrow record batches (the Kafka sources' columns)."""
+    cols: dict[str, list] = {"key": [], "value": [], "offset": []}
+
+    def flush():
+        batch = record_batch(cols["key"], cols["value"], r.label, -1, cols["offset"])
+        for values in cols.values():
+            values.clear()
+        return batch
+
+    if r.end_row:
+        cols["key"].append(str(r.end_ts).encode())
+        cols["value"].append(END_OF_INPUT)
+        cols["offset"].append(r.first_index)
+        yield flush()
+        return
+    with open(r.path, "rb") as f:
+        f.seek(r.byte_start)
+        index, line_no, left = r.first_index, r.first_line, r.count
+        for raw in f:
+            if not left:
+                break
+            raw = raw.rstrip(b"\r\n")
+            if raw.strip():
+                cols["key"].append(str(line_no).encode())
+                cols["value"].append(raw)
+                cols["offset"].append(index)
+                index, left = index + 1, left - 1
+                if len(cols["offset"]) >= batch_rows:
+                    yield flush()
+            line_no += 1
+    if cols["offset"]:
+        yield flush()
 
 
 class LinesDataSource(DataSource):

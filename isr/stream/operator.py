@@ -10,17 +10,23 @@ states and the dead letters as rows. No rule lives here.
 from __future__ import annotations
 
 import json
+import pickle
 import zlib
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 from isr.config import MonitorSettings
 from isr.contract import Rejection, decode
 from isr.contract.decisions import DeadLetter, IsrChange, IsrPropagation, PartitionState
-from isr.engine.local import LocalEngine
+from isr.engine.local import LocalEngine, late_reason
+from isr.engine.sequencer import Sequencer
 
-# Columns the operator receives (after the pre-stage in job.py).
-INPUT_COLUMNS = ["bucket", "ts", "seq", "key", "value", "topic", "partition", "offset",
-                 "broadcast", "end_ts", "et"]
+# Per event, after the pre-stage in job.py; packed per bucket into Arrow IPC
+# blobs (pack_by_bucket) so that the stateful operator gets few large rows.
+EVENT_COLUMNS = ["ts", "seq", "key", "value", "topic", "partition", "offset", "broadcast",
+                 "end_ts"]
+PACKED_SCHEMA = "bucket int, max_ts long, pack binary"
+# What the operator receives.
+INPUT_COLUMNS = ["bucket", "pack", "et"]
 OUTPUT_SCHEMA = "kind string, key string, id string, ts long, value string"
 STATE_SCHEMA = "engine binary"
 # A value that is not an event but the end of a bounded input (replay).
@@ -56,10 +62,15 @@ def output_row(d, several_policies: bool = False) -> tuple:
     raise TypeError(f"not an output record: {type(d).__name__}")
 
 
-def dead_letter(source: str, offset: int, raw, reason: str, reason_class: str) -> DeadLetter:
-    text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "backslashreplace")
-    return DeadLetter(reason=reason, reason_class=reason_class, raw=text, source=source,
-                      offset=offset)
+class Bucket:
+    """One state key: the leader models of its partitions, and the raw events
+    still waiting for the watermark. Waiting events stay raw bytes (decoded
+    once, when released), so carrying them from batch to batch is cheap."""
+
+    __slots__ = ("engine", "queue")
+
+    def __init__(self, engine: LocalEngine, queue: Sequencer) -> None:
+        self.engine, self.queue = engine, queue
 
 
 class BucketProcessor:
@@ -70,30 +81,34 @@ class BucketProcessor:
         self.monitor = monitor
         self.several = len(monitor.policy) > 1
 
-    def restore(self, blob: Optional[bytes]) -> LocalEngine:
+    def restore(self, blob: Optional[bytes]) -> Bucket:
         if blob is None:
-            return LocalEngine(self.monitor, external_watermark=True)
-        return LocalEngine.restore(self.monitor, zlib.decompress(blob), external_watermark=True)
+            return Bucket(LocalEngine(self.monitor, external_watermark=True), Sequencer(None))
+        snapshot, pending, watermark = pickle.loads(zlib.decompress(blob))
+        engine = LocalEngine.restore(self.monitor, snapshot, external_watermark=True)
+        queue = Sequencer(None)
+        queue.pending, queue.external_watermark = pending, watermark
+        return Bucket(engine, queue)
 
     @staticmethod
-    def save(engine: LocalEngine) -> bytes:
-        return zlib.compress(engine.snapshot(), 1)
+    def save(bucket: Bucket) -> bytes:
+        # Our own state store entry (never untrusted input), hence pickle for
+        # the raw pending events; the models are in the engine's JSON snapshot.
+        state = (bucket.engine.snapshot(), bucket.queue.pending, bucket.queue.external_watermark)
+        return zlib.compress(pickle.dumps(state, protocol=5), 1)
 
-    def process(self, bucket: int, engine: LocalEngine, columns: dict, watermark: int
+    def process(self, bucket_id: int, bucket: Bucket, columns: dict, watermark: int
                 ) -> list[tuple]:
-        """Apply one batch of rows (column lists) at Spark's `watermark`."""
-        out: list[tuple] = []
+        """Apply one batch of rows (column lists) at Spark's `watermark`: the
+        watermark of the previous batch, which decides what is late now."""
+        engine, queue = bucket.engine, bucket.queue
+        queue.external_watermark = max(queue.external_watermark, watermark)
         dead: list[DeadLetter] = []
-
-        def on_reject(origin, reason: str) -> None:
-            source, offset, raw = origin
-            dead.append(dead_letter(source, offset, raw, reason, "model"))
-
-        engine.on_reject = on_reject
         end_ts = None
-        rows = zip(columns["value"], columns["seq"], columns["topic"], columns["partition"],
-                   columns["offset"], columns["broadcast"], columns["end_ts"], columns["key"])
-        for value, seq, topic, partition, offset, broadcast, row_end, key in rows:
+        rows = zip(columns["value"], columns["ts"], columns["seq"], columns["topic"],
+                   columns["partition"], columns["offset"], columns["broadcast"],
+                   columns["end_ts"], columns["key"])
+        for value, ts, seq, topic, partition, offset, broadcast, row_end, key in rows:
             if value == END_OF_INPUT:
                 end_ts = row_end
                 continue
@@ -101,24 +116,49 @@ class BucketProcessor:
                 offset = int(key)
             # A broadcast row (broker event) reaches every bucket; only bucket 0
             # reports it as a dead letter.
-            report = not broadcast or bucket == 0
+            origin = (source_name(topic, partition), offset, not broadcast or bucket_id == 0)
+            if ts is None or ts < queue.watermark:
+                self._reject_now(value, origin, queue.watermark, dead)
+            else:
+                queue.offer(ts, seq, value, origin)
+        ready = queue.drain() if end_ts is not None else queue.release()
+        for _ts, _seq, value, origin in ready:
             event = decode(value)
-            source = source_name(topic, partition)
             if isinstance(event, Rejection):
-                if report:
-                    dead.append(dead_letter(source, offset, value, event.reason,
-                                            event.reason_class))
+                self._dead(dead, origin, value, event.reason, event.reason_class)
                 continue
-            origin = (source, offset, bytes(value).decode("utf-8", "backslashreplace"))
-            outcome = engine.submit(event, seq, origin)
-            if outcome.status == "late" and report:
-                dead.append(dead_letter(source, offset, value, outcome.reason, "late"))
+            outcome = engine.apply(event)
+            if event.ts > engine.max_ts:
+                engine.max_ts = event.ts
+            if outcome.status == "rejected":
+                self._dead(dead, origin, value, outcome.reason, "model")
+        return self._emit(bucket_id, engine, watermark, end_ts, dead)
+
+    def _reject_now(self, value, origin, watermark: int, dead: list) -> None:
+        """A row without a usable ts, or older than the watermark: invalid
+        beats late, as in the local engine."""
+        event = decode(value)
+        if isinstance(event, Rejection):
+            self._dead(dead, origin, value, event.reason, event.reason_class)
+        else:
+            self._dead(dead, origin, value,
+                       late_reason(event.ts, watermark, self.monitor.allowed_lateness_ms), "late")
+
+    @staticmethod
+    def _dead(dead: list, origin, value, reason: str, reason_class: str) -> None:
+        source, offset, report = origin
+        if report:
+            dead.append(DeadLetter.of(source, offset, value, reason, reason_class))
+
+    def _emit(self, bucket_id: int, engine: LocalEngine, watermark: int,
+              end_ts: Optional[int], dead: list) -> list[tuple]:
+        out: list[tuple] = []
         if end_ts is not None:
             engine.finish(until=end_ts)
             states = [m.view() for p in engine.policies
                       for _, m in sorted(engine.partitions[p].items())]
             engine.touched.clear()
-            out.append(("summary", str(bucket), f"summary/{bucket}", end_ts,
+            out.append(("summary", str(bucket_id), f"summary/{bucket_id}", end_ts,
                         json.dumps(engine.model_stats())))
         else:
             engine.advance_watermark(watermark)
@@ -129,8 +169,47 @@ class BucketProcessor:
         out.extend(output_row(d, self.several) for d in decisions)
         out.extend(output_row(s, self.several) for s in states)
         out.extend(output_row(d) for d in dead)
-        engine.on_reject = None
         return out
+
+
+def pack_by_bucket(batches: Iterator) -> Iterator:
+    """mapInArrow: each input batch becomes one row per bucket holding that
+    bucket's events as an Arrow IPC stream (no per-event Python work)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        order = pc.sort_indices(batch.column("bucket"))
+        ordered = batch.take(order)
+        buckets = ordered.column("bucket")
+        runs = pc.run_end_encode(buckets)
+        start, out_bucket, out_max, out_pack = 0, [], [], []
+        for value, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
+            part = ordered.slice(start, end - start)
+            events = pa.RecordBatch.from_arrays([part.column(c) for c in EVENT_COLUMNS],
+                                                names=EVENT_COLUMNS)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, events.schema) as writer:
+                writer.write_batch(events)
+            out_bucket.append(value)
+            out_max.append(pc.max(part.column("ts")).as_py())
+            out_pack.append(sink.getvalue().to_pybytes())
+            start = end
+        yield pa.RecordBatch.from_pydict(
+            {"bucket": pa.array(out_bucket, pa.int32()), "max_ts": pa.array(out_max, pa.int64()),
+             "pack": pa.array(out_pack, pa.binary())})
+
+
+def unpack(packs: Iterable[bytes], columns: dict[str, list]) -> None:
+    """Append the events of packed blobs to per-column lists."""
+    import pyarrow as pa
+
+    for blob in packs:
+        for batch in pa.ipc.open_stream(blob):
+            for c, values in columns.items():
+                values.extend(batch.column(c).to_pylist())
 
 
 def make_state_function(monitor: MonitorSettings):
@@ -142,16 +221,15 @@ def make_state_function(monitor: MonitorSettings):
 
         processor = _processor(settings_json)
         bucket = int(key[0])
-        engine = processor.restore(state.get[0] if state.exists else None)
+        bucket_state = processor.restore(state.get[0] if state.exists else None)
         watermark = state.getCurrentWatermarkMs()
         # All chunks of the batch at once: one partition_state per changed
         # partition per batch, not per chunk.
-        columns: dict[str, list] = {c: [] for c in INPUT_COLUMNS[:-1]}
+        columns: dict[str, list] = {c: [] for c in EVENT_COLUMNS}
         for pdf in pdfs:
-            for c, values in columns.items():
-                values.extend(pdf[c].tolist())
-        rows = processor.process(bucket, engine, columns, watermark)
-        state.update((processor.save(engine),))
+            unpack(pdf["pack"].tolist(), columns)
+        rows = processor.process(bucket, bucket_state, columns, watermark)
+        state.update((processor.save(bucket_state),))
         # Called again whenever the watermark moves, rows or not: that is
         # what runs the checks of partitions that get no events.
         state.setTimeoutTimestamp(max(watermark, 0) + 1)

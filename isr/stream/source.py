@@ -28,6 +28,21 @@ ARROW_BATCH_ROWS = 8192
 STALL_TIMEOUT_S = 60.0
 
 
+def record_batch(keys: list, values: list, topic: str, partition: int, offsets: list,
+                 timestamps_us: Optional[list] = None):
+    """One Arrow batch with the Kafka sources' columns (SCHEMA)."""
+    import pyarrow as pa
+
+    n = len(offsets)
+    ts_type = pa.timestamp("us", tz="UTC")
+    return pa.RecordBatch.from_arrays(
+        [pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+         pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
+         pa.array(offsets, pa.int64()),
+         pa.nulls(n, ts_type) if timestamps_us is None else pa.array(timestamps_us, ts_type)],
+        names=["key", "value", "topic", "partition", "offset", "timestamp"])
+
+
 def _key(topic: str, partition: int) -> str:
     return f"{topic}/{partition}"
 
@@ -140,7 +155,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def read_range(r: KafkaRange) -> Iterator:
     """The records [start, end) of one Kafka partition as Arrow record batches."""
-    import pyarrow as pa
     from confluent_kafka import KafkaError, TopicPartition
 
     from isr.kafka.client import consumer
@@ -149,13 +163,8 @@ def read_range(r: KafkaRange) -> Iterator:
     columns: dict[str, list] = {n: [] for n in ("key", "value", "offset", "timestamp")}
 
     def flush():
-        n = len(columns["offset"])
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(columns["key"], pa.binary()), pa.array(columns["value"], pa.binary()),
-             pa.array([r.topic] * n, pa.string()), pa.array([r.partition] * n, pa.int32()),
-             pa.array(columns["offset"], pa.int64()),
-             pa.array(columns["timestamp"], pa.timestamp("us", tz="UTC"))],
-            names=["key", "value", "topic", "partition", "offset", "timestamp"])
+        batch = record_batch(columns["key"], columns["value"], r.topic, r.partition,
+                             columns["offset"], columns["timestamp"])
         for values in columns.values():
             values.clear()
         return batch

@@ -173,3 +173,32 @@ def test_demo_shows_isr_changes_live():
     lines = [ln for ln in out.stdout.splitlines() if " shrink " in ln or " expand " in ln]
     assert any(" shrink " in ln and "replica 3: lag" in ln for ln in lines), out.stdout[-2000:]
     assert "stopping" in out.stdout
+
+
+def test_spark_submit_runs_the_job_script(broker, tmp_path):
+    input_topic = f"sub{uuid.uuid4().hex[:6]}.in"
+    broker.create_topics([input_topic], 2)
+    workload.produce(broker.bootstrap, input_topic, workload.lines())
+    name = f"sub{uuid.uuid4().hex[:6]}"
+    config = _config(tmp_path, broker, name, input_topic, limit=100000)
+    spark_submit = Path(sys.executable).with_name("spark-submit")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               ISR_SPARK_LOG_LEVEL="ERROR")
+    out = subprocess.run([str(spark_submit), "--master", "local[2]", "jobs/isr_monitor.py",
+                          "--conf", str(config), "--available-now"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    changes = [json.loads(m.value()) for m in _messages(broker, f"{name}.changes")]
+    assert {(c["partition"], c["ts"] - workload.T0) for c in changes} >= {(1, 25000), (0, 25000)}
+    assert len(_messages(broker, f"{name}.dead")) == 3
+
+
+def test_topics_by_pattern_include_only_matching_topics(broker):
+    from isr.kafka.client import topic_partitions
+
+    tag = uuid.uuid4().hex[:6]
+    broker.create_topics([f"pat{tag}.events.a", f"pat{tag}.events.b", f"pat{tag}.other"], 2)
+    found = topic_partitions({"bootstrap.servers": broker.bootstrap},
+                             pattern=rf"pat{tag}\.events\..*")
+    assert found == [(f"pat{tag}.events.a", 0), (f"pat{tag}.events.a", 1),
+                     (f"pat{tag}.events.b", 0), (f"pat{tag}.events.b", 1)]

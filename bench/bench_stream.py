@@ -1,0 +1,219 @@
+"""Benchmarks of the streaming job (Spark local[2] on this machine's 2 cores).
+
+    python bench/bench_stream.py stateful --events 2000000 --partitions 5000
+    python bench/bench_stream.py e2e --events 1000000 --partitions 5000
+    python bench/bench_stream.py latency --rate 20000 --seconds 60
+
+stateful  the job over a JSON-lines file (isr_lines source -> pre-stage ->
+          stateful operator), output discarded: events/s from Spark's own
+          progress reports (processed rows / batch durations), warm batches.
+e2e       events already in the embedded broker -> isr_kafka source -> job ->
+          Kafka sinks (exactly-once bookkeeping included): events/s over the run.
+latency   a generator produces at --rate events/s with ts = wall clock; for each
+          expand decision (caused by the fetch with the same ts) the time from
+          that ts to the decision's arrival in the output topic: p50 / p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("ISR_SPARK_LOG_LEVEL", "ERROR")
+
+import orjson  # noqa: E402
+from gen import stream  # noqa: E402
+
+from isr.config import load_settings  # noqa: E402
+
+
+def _progress_rate(query) -> tuple[float, int]:
+    """(events/s over warm batches, batches) from the query's progress reports."""
+    reports = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    warm = reports[1:] or reports  # the first batch pays for JIT and worker start
+    rows = sum(p["numInputRows"] for p in warm)
+    ms = sum(p["durationMs"]["triggerExecution"] for p in warm)
+    return (rows / (ms / 1000) if ms else 0.0), len(reports)
+
+
+def bench_stateful(args) -> None:
+    from isr.stream.files import LinesDataSource
+    from isr.stream.job import spark_session, start
+
+    work = tempfile.mkdtemp(prefix="isr-bench-")
+    path = os.path.join(work, "events.jsonl")
+    with open(path, "wb") as f:
+        for ev in stream(args.partitions, args.events):
+            f.write(orjson.dumps(ev) + b"\n")
+    settings = load_settings(None, [f"stream.state_buckets={args.buckets}",
+                                    "monitor.allowed_lateness_ms=5000"])
+    spark = spark_session(settings, "local[2]", "isr-bench")
+    spark.dataSource.register(LinesDataSource)
+    df = (spark.readStream.format("isr_lines").option("paths", json.dumps([path]))
+          .option("end_ts", "0").option("maxOffsetsPerTrigger", str(args.batch)).load()
+          .select("key", "value", "topic", "partition", "offset"))
+    counts = {"rows": 0}
+    started = time.perf_counter()
+    q = start(spark, settings, lambda _i, rows: counts.__setitem__("rows", counts["rows"] + len(rows)),
+              source_df=df, trigger={"availableNow": True},
+              checkpoint=os.path.join(work, "ck"))
+    q.awaitTermination()
+    wall = time.perf_counter() - started
+    rate, batches = _progress_rate(q)
+    if os.environ.get("ISR_BENCH_VERBOSE"):
+        for p in q.recentProgress:
+            print(p["batchId"], p["numInputRows"], p["durationMs"],
+                  [{k: o.get(k) for k in ("allUpdatesTimeMs", "commitTimeMs", "numRowsTotal",
+                                           "stateMemory", "customMetrics")}
+                   for o in p["stateOperators"]])
+    print(f"stateful: {args.events} events, {args.partitions} partitions, {args.buckets} "
+          f"buckets, {batches} batches of <= {args.batch}: {rate:,.0f} events/s in warm "
+          f"batches; {args.events / wall:,.0f} events/s over {wall:.1f} s incl. start-up; "
+          f"{counts['rows']} output rows")
+    state_bytes = _state_bytes(os.path.join(work, "ck"))
+    if state_bytes:
+        print(f"state store on disk after the run: {state_bytes / args.partitions:,.0f} bytes "
+              f"per partition (RocksDB, all versions kept by Spark)")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _state_bytes(checkpoint: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(os.path.join(checkpoint, "state")):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total
+
+
+def bench_e2e(args) -> None:
+    from confluent_kafka import Producer
+
+    from isr.kafka.embedded import EmbeddedBroker
+    from isr.stream.job import run_to_kafka, spark_session
+
+    with EmbeddedBroker() as broker:
+        broker.create_topics(["isr.fetch-events"], 4)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
+                      "batch.num.messages": 10000, "log_level": 0})
+        t = time.perf_counter()
+        for ev in stream(args.partitions, args.events):
+            while True:
+                try:
+                    p.produce("isr.fetch-events", key=f"{ev['topic']}/{ev['partition']}",
+                              value=orjson.dumps(ev))
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            p.poll(0)
+        p.flush()
+        print(f"produced {args.events} events in {time.perf_counter() - t:.1f} s")
+        work = tempfile.mkdtemp(prefix="isr-bench-")
+        settings = load_settings(None, [
+            f"kafka.bootstrap_servers={broker.bootstrap}", f"stream.state_buckets={args.buckets}",
+            f"stream.checkpoint_location={work}/ck",
+            f"input.max_offsets_per_trigger={args.batch}"])
+        spark = spark_session(settings, "local[2]", "isr-bench")
+        started = time.perf_counter()
+        q = run_to_kafka(settings, spark=spark, trigger={"availableNow": True})
+        q.awaitTermination()
+        wall = time.perf_counter() - started
+        rate, batches = _progress_rate(q)
+        print(f"e2e: {args.events} events from the embedded broker to decisions in Kafka, "
+              f"{batches} batches: {rate:,.0f} events/s in warm batches; "
+              f"{args.events / wall:,.0f} events/s over {wall:.1f} s incl. start-up")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_latency(args) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    from isr.generator import DemoCluster
+    from isr.kafka.embedded import EmbeddedBroker
+    from isr.stream.job import run_to_kafka, spark_session
+
+    with EmbeddedBroker() as broker:
+        broker.create_topics(["isr.fetch-events"], 4)
+        work = tempfile.mkdtemp(prefix="isr-bench-")
+        settings = load_settings(None, [
+            f"kafka.bootstrap_servers={broker.bootstrap}", f"stream.state_buckets={args.buckets}",
+            f"stream.checkpoint_location={work}/ck", "stream.trigger_interval=0 seconds",
+            f"monitor.allowed_lateness_ms={args.lateness}",
+            "monitor.replica_lag_time_max_ms=10000", "input.starting_offsets=latest"])
+        spark = spark_session(settings, "local[2]", "isr-bench")
+        q = run_to_kafka(settings, spark=spark)
+        time.sleep(15)  # let the first (empty) batches and the Python workers start
+        # Events per tick = partitions * 3; ticks every tick_ms: rate = 3000 * partitions / tick_ms
+        tick_ms = 50
+        partitions = max(1, round(args.rate * tick_ms / 3000))
+        cluster = DemoCluster(partitions=partitions, tick_ms=tick_ms, pause_ms=12000,
+                              period_ms=30000)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
+                             "log_level": 0})
+        stop = threading.Event()
+        sent = {"n": 0}
+
+        def emit(key, value):
+            while True:
+                try:
+                    producer.produce("isr.fetch-events", key=key, value=value)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            producer.poll(0)
+            sent["n"] += 1
+
+        gen = threading.Thread(target=cluster.run, args=(emit, stop.is_set), daemon=True)
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench",
+                             "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                             "log_level": 0})
+        consumer.subscribe([settings.output.changes_topic])
+        t0 = time.time()
+        gen.start()
+        latencies = []
+        while time.time() - t0 < args.seconds:
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            d = json.loads(msg.value())
+            if d["type"] == "isr_change" and d["action"] == "expand":
+                latencies.append(time.time() * 1000 - d["ts"])
+        stop.set()
+        gen.join()
+        held = sent["n"] / (time.time() - t0)
+        q.stop()
+        consumer.close()
+        if latencies:
+            latencies.sort()
+            p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+            print(f"latency: {held:,.0f} events/s held ({partitions} partitions), "
+                  f"allowed lateness {args.lateness} ms: {len(latencies)} expand decisions, "
+                  f"p50 {statistics.median(latencies):,.0f} ms, p99 {p99:,.0f} ms")
+        else:
+            print("latency: no decision arrived")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="streaming job benchmarks")
+    ap.add_argument("mode", choices=["stateful", "e2e", "latency"])
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, default=5000)
+    ap.add_argument("--buckets", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=500_000, help="max events per micro-batch")
+    ap.add_argument("--rate", type=int, default=20000)
+    ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--lateness", type=int, default=200)
+    args = ap.parse_args()
+    {"stateful": bench_stateful, "e2e": bench_e2e, "latency": bench_latency}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main()
