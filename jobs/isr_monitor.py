@@ -12,6 +12,7 @@ dependencies, pydantic among them, must then be installed on the nodes).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -33,10 +34,11 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"isr_monitor: {exc}", file=sys.stderr)
         return 2
-    # spark-submit made the session (and chose the master); `python jobs/...`
-    # without it falls back to stream.master.
-    active = SparkSession.getActiveSession()
-    spark = active or spark_session(settings, settings.stream.master)
+    # Under spark-submit the JVM is already up (and PYSPARK_GATEWAY_PORT set):
+    # its --master wins. `python jobs/isr_monitor.py` falls back to stream.master.
+    under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    spark = SparkSession.getActiveSession() or spark_session(
+        settings, None if under_spark_submit else settings.stream.master)
     trigger = {"availableNow": True} if args.available_now else None
     query = run_to_kafka(settings, spark=spark, trigger=trigger)
     query.awaitTermination()

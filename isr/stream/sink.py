@@ -123,10 +123,10 @@ class KafkaSink:
         produced = 0
         headers_base = [(H_QUERY, self.query), (H_BATCH, str(batch_id))]
         for kind, key, record_id, _ts, value in rows:
-            if record_id in skip:
+            topic = self.topics.get(kind)  # (replay's summary rows have no topic)
+            if topic is None or record_id in skip:
                 continue
-            self._produce(self.topics[kind], key, value, headers_base + [(H_ID, record_id)],
-                          delivered)
+            self._produce(topic, key, value, headers_base + [(H_ID, record_id)], delivered)
             produced += 1
         self._flush(errors)
         commit = json.dumps({"batch": batch_id, "offsets": offsets}, sort_keys=True)
