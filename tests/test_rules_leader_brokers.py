@@ -1,7 +1,7 @@
 """semantics.md "On leader", "Eligibility", "Controller removal",
 "ZooKeeper-era propagation", "A partition seen before its leader event"."""
 
-from helpers import T0, append, apply_now, broker, event, fetch, leader, run
+from helpers import T0, append, apply_now, broker, fetch, leader, run
 
 from isr.config import MonitorSettings
 from isr.replay import replay

@@ -107,9 +107,13 @@ class LocalEngine:
     def apply_in_order(self, events: Iterable) -> None:
         """Apply events already in (ts, arrival) order, bypassing the sequencer."""
         for event in events:
-            if event.ts > self.max_ts:
-                self.max_ts = event.ts
-            self.apply(event)
+            self.apply_next(event)
+
+    def apply_next(self, event) -> Outcome:
+        """Apply the next event of an input the caller keeps in order."""
+        if event.ts > self.max_ts:
+            self.max_ts = event.ts
+        return self.apply(event)
 
     def advance_watermark(self, watermark: Optional[int] = None) -> None:
         """Streaming: apply what the watermark released and run every check

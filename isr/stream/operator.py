@@ -127,9 +127,7 @@ class BucketProcessor:
             if isinstance(event, Rejection):
                 self._dead(dead, origin, value, event.reason, event.reason_class)
                 continue
-            outcome = engine.apply(event)
-            if event.ts > engine.max_ts:
-                engine.max_ts = event.ts
+            outcome = engine.apply_next(event)
             if outcome.status == "rejected":
                 self._dead(dead, origin, value, outcome.reason, "model")
         return self._emit(bucket_id, engine, watermark, end_ts, dead)
