@@ -11,7 +11,6 @@ auto-created topics get 4 partitions (so topics are created explicitly here).
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -118,9 +117,3 @@ class EmbeddedBroker:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-
-def have_tansu() -> bool:
-    try:
-        return bool(shutil.which(tansu_binary()) or os.path.exists(tansu_binary()))
-    except EmbeddedBrokerError:
-        return False

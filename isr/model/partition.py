@@ -24,6 +24,7 @@ from isr.model.rules import (
     ceil_to,
     describe_out_of_sync,
     is_caught_up,
+    is_out_of_sync,
     lag_ms,
     out_of_sync_from,
 )
@@ -341,12 +342,8 @@ class PartitionModel:
 
     def _shrink(self, at: int, brokers: Brokers, out: list) -> None:
         rules, leader_leo = self.rules, self.leader_leo
-        removed = [
-            r for r in self.isr
-            if r != self.leader
-            and (since := out_of_sync_from(rules, self.followers[r], leader_leo)) is not None
-            and at >= since
-        ]
+        removed = [r for r in self.isr
+                   if r != self.leader and is_out_of_sync(rules, self.followers[r], leader_leo, at)]
         reason = "; ".join(
             describe_out_of_sync(rules, r, self.followers[r], leader_leo, at) for r in removed)
         if at > self.ts:
