@@ -55,6 +55,7 @@ def bench_stateful(args) -> None:
         for ev in stream(args.partitions, args.events):
             f.write(orjson.dumps(ev) + b"\n")
     settings = load_settings(None, [f"stream.state_buckets={args.buckets}",
+                                    f"stream.state_store={args.state_store}",
                                     "monitor.allowed_lateness_ms=5000"])
     spark = spark_session(settings, "local[2]", "isr-bench")
     spark.dataSource.register(LinesDataSource)
@@ -82,7 +83,7 @@ def bench_stateful(args) -> None:
     state_bytes = _state_bytes(os.path.join(work, "ck"))
     if state_bytes:
         print(f"state store on disk after the run: {state_bytes / args.partitions:,.0f} bytes "
-              f"per partition (RocksDB, all versions kept by Spark)")
+              f"per partition ({args.state_store} store, all versions Spark keeps)")
     shutil.rmtree(work, ignore_errors=True)
 
 
@@ -118,7 +119,7 @@ def bench_e2e(args) -> None:
         work = tempfile.mkdtemp(prefix="isr-bench-")
         settings = load_settings(None, [
             f"kafka.bootstrap_servers={broker.bootstrap}", f"stream.state_buckets={args.buckets}",
-            f"stream.checkpoint_location={work}/ck",
+            f"stream.checkpoint_location={work}/ck", f"stream.state_store={args.state_store}",
             f"input.max_offsets_per_trigger={args.batch}"])
         spark = spark_session(settings, "local[2]", "isr-bench")
         started = time.perf_counter()
@@ -145,6 +146,7 @@ def bench_latency(args) -> None:
         settings = load_settings(None, [
             f"kafka.bootstrap_servers={broker.bootstrap}", f"stream.state_buckets={args.buckets}",
             f"stream.checkpoint_location={work}/ck", "stream.trigger_interval=0 seconds",
+            f"stream.state_store={args.state_store}",
             f"monitor.allowed_lateness_ms={args.lateness}",
             "monitor.replica_lag_time_max_ms=10000", "input.starting_offsets=latest"])
         spark = spark_session(settings, "local[2]", "isr-bench")
@@ -211,6 +213,7 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--lateness", type=int, default=200)
+    ap.add_argument("--state-store", default="rocksdb", choices=["rocksdb", "hdfs"])
     args = ap.parse_args()
     {"stateful": bench_stateful, "e2e": bench_e2e, "latency": bench_latency}[args.mode](args)
 

@@ -130,6 +130,8 @@ class StreamSettings(_Section):
     checkpoint_location: str = "checkpoints/isr-monitor"
     # State keys: each holds the leader models of many partitions.
     state_buckets: Annotated[int, Field(ge=1, le=4096)] = 4
+    # Spark's state store: "rocksdb" or "hdfs" (in-memory map + delta files).
+    state_store: Literal["rocksdb", "hdfs"] = "rocksdb"
     query_name: str = "isr-monitor"
 
 

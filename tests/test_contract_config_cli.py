@@ -137,3 +137,13 @@ def test_replay_is_byte_identical_across_runs(tmp_path):
 def test_every_subcommand_has_help():
     for cmd in ("replay", "schema", "check-config"):
         assert isr(cmd, "--help").returncode == 0
+
+
+def test_state_store_provider_is_a_choice():
+    from isr.stream.job import STATE_STORE_PROVIDERS
+
+    for name in ("rocksdb", "hdfs"):
+        chosen = load_settings(ROOT / "conf/isr.toml", [f"stream.state_store={name}"])
+        assert STATE_STORE_PROVIDERS[chosen.stream.state_store].endswith("StateStoreProvider")
+    with pytest.raises(ConfigError, match="stream.state_store"):
+        load_settings(ROOT / "conf/isr.toml", ["stream.state_store=memory"])

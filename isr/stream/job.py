@@ -25,6 +25,10 @@ from isr.stream.operator import (
 )
 
 KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+STATE_STORE_PROVIDERS = {
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+}
 
 
 def spark_session(settings: Settings, master: Optional[str] = None, app_name: str = "isr-monitor"):
@@ -39,8 +43,7 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
     builder = (builder
                .config("spark.sql.shuffle.partitions", str(settings.stream.state_buckets))
                .config("spark.sql.streaming.stateStore.providerClass",
-                       "org.apache.spark.sql.execution.streaming.state."
-                       "RocksDBStateStoreProvider")
+                       STATE_STORE_PROVIDERS[settings.stream.state_store])
                .config("spark.ui.enabled", os.environ.get("ISR_SPARK_UI", "false"))
                .config("spark.ui.showConsoleProgress", "false")
                # Spark matches stop-time exception messages with a recursive
