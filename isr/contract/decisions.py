@@ -51,6 +51,11 @@ class IsrChange(_Out):
     details: list[ReplicaDetail]
     bootstrap: bool = False
 
+    @property
+    def seq(self) -> int:
+        """The partition's decision counter under this policy (end of the id)."""
+        return int(self.id.rsplit("/", 1)[1])
+
 
 class FollowerView(_Out):
     replica: int

@@ -219,7 +219,7 @@ class LocalEngine:
             return
         for d in self.decisions[self._scanned:]:
             if isinstance(d, IsrChange) and d.cause == "leader":
-                self._backlog.append([d.ts, int(d.id.rsplit("/", 1)[1]), d.policy, d.cluster,
+                self._backlog.append([d.ts, d.seq, d.policy, d.cluster,
                                       d.leader, d.topic, d.partition])
         self._scanned = len(self.decisions)
 
@@ -346,8 +346,7 @@ _POLICY_ORDER = {"kafka": 0, "kip16": 1, "legacy": 2, "kip501": 3}
 def output_order(d) -> tuple:
     """Canonical order of decisions: the same for every engine and batching."""
     if isinstance(d, IsrChange):
-        seq = int(d.id.rsplit("/", 1)[1])
-        return (d.ts, d.cluster, d.topic, d.partition, _POLICY_ORDER[d.policy], 0, seq)
+        return (d.ts, d.cluster, d.topic, d.partition, _POLICY_ORDER[d.policy], 0, d.seq)
     if isinstance(d, IsrPropagation):
         return (d.ts, d.cluster, "", -1, _POLICY_ORDER[d.policy], 1, d.broker)
     return (d.ts, getattr(d, "cluster", ""), getattr(d, "topic", ""),

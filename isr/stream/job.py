@@ -3,8 +3,9 @@ decisions out (to Kafka, or to any `write_batch(batch_id, rows)` sink).
 
     source (built-in `kafka` or `isr_kafka`) -> key, value, topic, partition, offset
       -> pre-stage in the JVM: bucket, ts, seq (json_tuple; broker events to every bucket)
-      -> withWatermark(allowed lateness)
-      -> groupBy(bucket).applyInPandasWithState(leader model)   [operator.py]
+      -> mapInArrow: one Arrow IPC blob per bucket per input batch    [operator.py]
+      -> withWatermark(allowed lateness), late rows kept (keep_late_rows)
+      -> groupBy(bucket).applyInPandasWithState(leader model)        [operator.py]
       -> foreachBatch -> sink                                    [sink.py]
 """
 

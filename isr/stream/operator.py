@@ -1,10 +1,11 @@
 """The Spark stateful glue: one state key (bucket) holds the leader models of
-many partitions as one compressed engine snapshot.
+many partitions (an engine snapshot) and the raw events still waiting for the
+watermark.
 
-Per call it restores the bucket's LocalEngine, decodes and validates the rows
-(bad ones become dead letters), hands the good ones to the engine, advances it
-to Spark's watermark, and returns the decisions, the changed partitions'
-states and the dead letters as rows. No rule lives here.
+Per call it restores the bucket, queues the new rows (late or unreadable ones
+become dead letters at once), decodes and applies what Spark's watermark
+releases, runs the checks up to it, and returns the decisions, the changed
+partitions' states and the dead letters as rows. No rule lives here.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def decision_key(d) -> str:
 
 
 def state_key(s: PartitionState, several_policies: bool) -> str:
-    key = f"{s.cluster}/{s.topic}/{s.partition}"
+    key = decision_key(s)
     return f"{key}@{s.policy}" if several_policies else key
 
 

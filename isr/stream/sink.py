@@ -151,6 +151,3 @@ class KafkaSink:
             raise SinkError(f"{remaining} records not delivered within 60 s")
         if errors:
             raise SinkError(f"delivery failed: {errors[0]} ({len(errors)} records)")
-
-    def close(self) -> None:
-        self._producer.flush(10)
