@@ -133,11 +133,25 @@ def bench_e2e(args) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def latency_scenario(partitions: int):
+    """Broker 3 pauses 12 s every 30 s (lag limit 10 s), so ISR changes keep coming."""
+    from isr.sim.scenario import Scenario
+
+    return Scenario.model_validate({
+        "name": "latency", "title": "latency benchmark", "description": "bench",
+        "brokers": [1, 2, 3, 4], "timing": {"replica_lag_time_max_ms": 10000},
+        "topics": [{"name": "payments", "partitions": partitions, "min_insync_replicas": 2,
+                    "workload": {"kind": "steady", "interval_ms": 50, "messages": 5}}],
+        "faults": [{"kind": "gc_pause", "broker": 3, "at_ms": 18000, "duration_ms": 12000,
+                    "repeat_every_ms": 30000}]})
+
+
 def bench_latency(args) -> None:
     from confluent_kafka import Consumer, Producer
 
-    from isr.generator import DemoCluster
     from isr.kafka.embedded import EmbeddedBroker
+    from isr.sim.command import live_events
+    from isr.sim.output import message_key
     from isr.stream.job import run_to_kafka, spark_session
 
     with EmbeddedBroker() as broker:
@@ -152,27 +166,29 @@ def bench_latency(args) -> None:
         spark = spark_session(settings, "local[2]", "isr-bench")
         q = run_to_kafka(settings, spark=spark)
         time.sleep(15)  # let the first (empty) batches and the Python workers start
-        # Events per tick = partitions * 3; ticks every tick_ms: rate = 3000 * partitions / tick_ms
-        tick_ms = 50
-        partitions = max(1, round(args.rate * tick_ms / 3000))
-        cluster = DemoCluster(partitions=partitions, tick_ms=tick_ms, pause_ms=12000,
-                              period_ms=30000)
+        # A simulated cluster in real time: per partition, a produce every 50 ms
+        # and two followers fetching after each: ~60 events/s per partition.
+        scenario = latency_scenario(partitions=max(1, round(args.rate / 60)))
         producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
                              "log_level": 0})
         stop = threading.Event()
         sent = {"n": 0}
 
-        def emit(key, value):
-            while True:
-                try:
-                    producer.produce("isr.fetch-events", key=key, value=value)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-            producer.poll(0)
-            sent["n"] += 1
+        def feed():
+            for ev in live_events(scenario):
+                if stop.is_set():
+                    return
+                while True:
+                    try:
+                        producer.produce("isr.fetch-events", key=message_key(ev),
+                                         value=json.dumps(ev))
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                producer.poll(0)
+                sent["n"] += 1
 
-        gen = threading.Thread(target=cluster.run, args=(emit, stop.is_set), daemon=True)
+        gen = threading.Thread(target=feed, daemon=True)
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench",
                              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
                              "log_level": 0})
@@ -195,7 +211,8 @@ def bench_latency(args) -> None:
         if latencies:
             latencies.sort()
             p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-            print(f"latency: {held:,.0f} events/s held ({partitions} partitions), "
+            print(f"latency: {held:,.0f} events/s held ({scenario.topics[0].partitions} "
+                  f"partitions), "
                   f"allowed lateness {args.lateness} ms: {len(latencies)} expand decisions, "
                   f"p50 {statistics.median(latencies):,.0f} ms, p99 {p99:,.0f} ms")
         else:

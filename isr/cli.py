@@ -35,11 +35,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         err.width = 120  # piped stderr: do not squeeze the summary into 80 columns
     show_progress = not args.quiet and err.is_terminal
     if args.engine == "spark":
+        if args.report:
+            raise ConfigError("--report follows the models in this process: use --engine local")
         from isr.stream.replay_spark import replay_spark
         result = replay_spark(args.events, settings)
     else:
         with (make_progress(err) if show_progress else nullcontext()) as progress:
-            result = replay(args.events, settings.monitor, progress)
+            result = replay(args.events, settings.monitor, progress, whatif=bool(args.report))
     out_cm = open(args.output, "wb") if args.output not in (None, "-") else nullcontext(
         sys.stdout.buffer)
     with out_cm as out:
@@ -57,6 +59,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
             err.print(f"... {len(result.dead_letters) - 5} more (use --dead-letters FILE)")
     if not args.quiet:
         print_summary(result, err)
+    if args.report:
+        from isr.replay import print_whatif
+        from isr.whatif import write_report
+
+        written = write_report(result.whatif, args.report, args.events)
+        if not args.quiet:
+            print_whatif(result.whatif, err)
+            err.print("report: " + ", ".join(str(p) for p in written), highlight=False)
     return 0
 
 
@@ -79,6 +89,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from isr.demo import run_demo
 
     return run_demo(args.config, args.set or [], args.duration, Console())
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from isr.sim.command import list_scenarios, simulate
+
+    err = Console(stderr=True)
+    if args.list:
+        list_scenarios(Console())
+        return 0
+    if not args.scenario or not args.to:
+        raise ConfigError("simulate needs --scenario NAME and --to kafka://TOPIC | FILE "
+                          "(--list shows the scenarios)")
+    sent = simulate(args.scenario, args.to, args.rate, args.duration, args.seed,
+                    args.partitions, lambda: _settings(args), err,
+                    show_progress=not args.quiet and err.is_terminal)
+    if not args.quiet:
+        line = f"{sent.events} events in {sent.seconds:.1f} s ({sent.rate:,.0f} events/s"
+        if sent.target_rate:
+            line += f"; target {sent.target_rate:,.0f}, held {sent.rate / sent.target_rate:.1%}"
+        err.print(line + f") -> {args.to}", highlight=False, soft_wrap=True)
+        if sent.monitor_overrides:
+            err.print("the scenario is meant to be watched with: "
+                      + " ".join(f"--set {o}" for o in sent.monitor_overrides), highlight=False,
+                      soft_wrap=True)
+    return 0
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -126,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write rejected input lines here as dead_letter records")
     p.add_argument("--no-state", action="store_true",
                    help="omit the final partition_state records")
+    p.add_argument("--report", metavar="DIR",
+                   help="what-if report: whatif.md, whatif.json and isr_size.png (ISR size over "
+                        "time per policy where the policies differ) in DIR")
     p.add_argument("--quiet", "-q", action="store_true", help="no summary or progress on stderr")
     _add_config_options(p)
     p.set_defaults(func=cmd_replay)
@@ -142,15 +180,39 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("demo", help="embedded broker + generator + job, ISR changes shown live",
-                       description="Start the embedded Kafka-protocol broker (Tansu), a small "
-                                   "event generator (one broker pauses longer than the lag "
-                                   "limit now and then) and the streaming job, and show ISR "
-                                   "changes as the job writes them. Ctrl-C stops everything.")
+    p = sub.add_parser("demo", help="embedded broker + simulator + job, ISR changes shown live",
+                       description="Start the embedded Kafka-protocol broker (Tansu), the "
+                                   "cluster simulator's `demo` scenario in real time (broker 3 "
+                                   "pauses longer than the lag limit every 40 s) and the "
+                                   "streaming job, and show ISR changes as the job writes them. "
+                                   "Ctrl-C stops everything.")
     p.add_argument("--duration", type=float, metavar="SECONDS",
                    help="stop after this long (default: until Ctrl-C)")
     _add_config_options(p)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("simulate", help="run a cluster scenario; events to a topic or a file",
+                       description="Simulate a Kafka cluster's leader-side observations for a "
+                                   "scenario of conf/scenarios (or a TOML path) and write the "
+                                   "fetch-state events to a file (as fast as possible) or "
+                                   "produce them to Kafka (in real time, or at --rate events/s "
+                                   "as a load generator that reports the rate it held).")
+    p.add_argument("--scenario", metavar="NAME", help="a name from --list, or a TOML file")
+    p.add_argument("--to", metavar="kafka://TOPIC|FILE",
+                   help="kafka://TOPIC (brokers from [kafka]), a JSON-lines file, or - for stdout")
+    p.add_argument("--rate", type=float, metavar="EVENTS_PER_S",
+                   help="load generator: hold this many events/s (Kafka only); the scenario runs "
+                        "for --duration seconds of wall time")
+    p.add_argument("--duration", type=float, metavar="S",
+                   help="seconds to run (default: the scenario's); simulated time, which is "
+                        "wall time when producing in real time")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--partitions", type=int, default=4,
+                   help="partitions of the topic if it must be created (default 4)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress or summary")
+    _add_config_options(p)
+    p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("schema", help="print the JSON Schemas of input and output records",
                        description="Print the JSON Schema of every input event and output "

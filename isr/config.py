@@ -41,6 +41,77 @@ class TopicSettings(_Section):
     min_insync_replicas: Optional[Annotated[int, Field(ge=1)]] = None
 
 
+Severity = Literal["critical", "warning", "info"]
+NonNegMs = Annotated[int, Field(ge=0)]
+
+
+class AlertRule(_Section):
+    """One rule of alerts.md. Thresholds a rule does not use are ignored."""
+
+    enabled: bool = True
+    severity: Severity = "warning"
+    for_ms: NonNegMs = 0  # how long the condition must hold before it fires
+    changes: Annotated[int, Field(ge=1)] = 4           # IsrFlapping: decisions ...
+    window_ms: PositiveMs = 300000                      # ... within this window
+    warn_ratio: Annotated[float, Field(gt=0)] = 0.5     # FollowerLagging: of the lag limit
+    stall_ms: PositiveMs = 10000                        # HighWatermarkStalled
+    follower_fetch_process_time_max_ms: PositiveMs = 500  # SlowLeaderFetch (KIP-501's name)
+    silent_ms: PositiveMs = 60000                       # PartitionSilent
+
+
+def _rule(severity: str, **kw: Any) -> AlertRule:
+    return AlertRule(severity=severity, **kw)
+
+
+RULE_DEFAULTS: dict[str, AlertRule] = {
+    "UnderMinIsr": _rule("critical"),
+    "AtMinIsr": _rule("warning"),
+    "LeaderOnlyIsr": _rule("critical"),
+    "UnderReplicated": _rule("warning", for_ms=30000),
+    "IsrFlapping": _rule("warning"),
+    "FollowerLagging": _rule("warning"),
+    "HighWatermarkStalled": _rule("warning"),
+    "SlowLeaderFetch": _rule("warning"),
+    "IsrDivergence": _rule("warning", for_ms=10000),
+    "PartitionSilent": _rule("warning"),
+}
+RuleName = Literal["UnderMinIsr", "AtMinIsr", "LeaderOnlyIsr", "UnderReplicated", "IsrFlapping",
+                   "FollowerLagging", "HighWatermarkStalled", "SlowLeaderFetch", "IsrDivergence",
+                   "PartitionSilent"]
+
+
+class AlertRulePatch(_Section):
+    """Changes to a rule's defaults (only the fields given)."""
+
+    enabled: Optional[bool] = None
+    severity: Optional[Severity] = None
+    for_ms: Optional[NonNegMs] = None
+    changes: Optional[Annotated[int, Field(ge=1)]] = None
+    window_ms: Optional[PositiveMs] = None
+    warn_ratio: Optional[Annotated[float, Field(gt=0)]] = None
+    stall_ms: Optional[PositiveMs] = None
+    follower_fetch_process_time_max_ms: Optional[PositiveMs] = None
+    silent_ms: Optional[PositiveMs] = None
+
+
+class AlertSettings(_Section):
+    """alerts.md, evaluated in event time by the engine. `rules` changes a
+    rule's defaults; `topics."<name>"` changes them again for one topic."""
+
+    enabled: bool = True
+    # A firing alert is sent again after this much event time (Alertmanager's default: 4 h).
+    repeat_interval_ms: PositiveMs = 4 * 3600 * 1000
+    rules: dict[RuleName, AlertRulePatch] = {}
+    topics: dict[str, dict[RuleName, AlertRulePatch]] = {}
+
+    def rule(self, name: str, topic: str) -> AlertRule:
+        rule = RULE_DEFAULTS[name]
+        for patch in (self.rules.get(name), self.topics.get(topic, {}).get(name)):
+            if patch is not None:
+                rule = rule.model_copy(update=patch.model_dump(exclude_none=True))
+        return rule
+
+
 class MonitorSettings(_Section):
     # NoDecode: an env var holds "kafka,kip16", not JSON.
     policy: Annotated[list[PolicyName], NoDecode] = ["kafka"]
@@ -51,6 +122,7 @@ class MonitorSettings(_Section):
     propagation: Literal["kraft", "zk"] = "kraft"
     allowed_lateness_ms: Annotated[int, Field(ge=0)] = 5000
     topics: dict[str, TopicSettings] = {}
+    alerts: AlertSettings = AlertSettings()
 
     @field_validator("policy", mode="before")
     @classmethod
@@ -119,6 +191,8 @@ class OutputSettings(_Section):
     changes_topic: str = "isr.changes"
     state_topic: str = "isr.partition-state"
     dead_letter_topic: str = "isr.dead-letters"
+    # Every alert status change (and repeat), keyed by fingerprint.
+    alerts_topic: str = "isr.alerts"
     # One record per written micro-batch: what makes the sinks exactly-once.
     commit_topic: str = "isr.sink-commits"
 

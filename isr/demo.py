@@ -1,5 +1,6 @@
-"""`isr demo`: embedded broker + built-in generator + the streaming job, with
-ISR changes shown live in the terminal. Ctrl-C stops everything it started."""
+"""`isr demo`: embedded broker + the simulator's `demo` scenario in real time +
+the streaming job, with ISR changes shown live in the terminal. Ctrl-C stops
+everything it started."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from typing import Optional
 from rich.console import Console
 
 from isr.config import Settings, load_settings
-from isr.generator import DemoCluster
+from isr.sim.command import live_events
+from isr.sim.output import message_key
+from isr.sim.scenario import load_scenario
 
 DEMO_OVERRIDES = [
     # Quick on a laptop: a 10 s lag limit, checks every 5 s, 1 s of lateness.
@@ -58,10 +61,16 @@ def run_demo(config: Optional[str], overrides: list[str], duration: Optional[flo
                       f"[cyan]{settings.output.changes_topic}[/]")
         producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20,
                              "log_level": 0})
-        cluster = DemoCluster()
-        gen = threading.Thread(target=cluster.run, daemon=True, args=(
-            lambda k, v: producer.produce(topic, key=k, value=v) or producer.poll(0),
-            stop.is_set))
+        scenario = load_scenario("demo")
+
+        def feed() -> None:
+            for ev in live_events(scenario):
+                if stop.is_set():
+                    return
+                producer.produce(topic, key=message_key(ev), value=json.dumps(ev))
+                producer.poll(0)
+
+        gen = threading.Thread(target=feed, daemon=True)
         gen.start()
         console.print("starting the Spark job (15-30 s)... broker 3 pauses 14 s every 40 s; "
                       "Ctrl-C stops everything")

@@ -22,7 +22,9 @@ from rich.table import Table
 
 from isr.config import MonitorSettings
 from isr.contract import DeadLetter, Rejection, decode
+from isr.contract.decisions import Alert
 from isr.engine.local import LocalEngine, PolicySummary
+from isr.whatif import WhatIf
 
 
 @dataclass
@@ -40,6 +42,7 @@ class ReplayResult:
     dead_letters: list[DeadLetter]
     stats: ReplayStats
     summary: list[PolicySummary]
+    whatif: Optional[WhatIf] = None
 
 
 def _lines(sources: list[str], progress: Optional[Progress]) -> Iterator[tuple[str, int, bytes]]:
@@ -76,14 +79,16 @@ def fewer_gc_passes():
         gc.set_threshold(*before)
 
 
-def replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Progress] = None
-           ) -> ReplayResult:
+def replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Progress] = None,
+           whatif: bool = False) -> ReplayResult:
+    """`whatif`: also follow every partition under every policy for the
+    what-if report (result.whatif)."""
     with fewer_gc_passes():
-        return _replay(sources, monitor, progress)
+        return _replay(sources, monitor, progress, whatif)
 
 
-def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Progress]
-            ) -> ReplayResult:
+def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Progress],
+            with_whatif: bool) -> ReplayResult:
     stats = ReplayStats()
     dead: list[DeadLetter] = []
 
@@ -94,6 +99,9 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
         dead.append(DeadLetter.of(source, offset, raw, reason, "model"))
 
     engine = LocalEngine(monitor, on_reject=on_reject)
+    whatif = WhatIf(engine) if with_whatif else None
+    if whatif is not None:
+        engine.after_apply = whatif.after_apply
     for seq, (source, offset, raw) in enumerate(_lines(sources, progress)):
         stats.lines += 1
         event = decode(raw)
@@ -110,9 +118,12 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
         else:
             stats.accepted += 1
     engine.finish()
+    if whatif is not None:
+        whatif.finish()
     stats.ignored = engine.ignored
     dead.sort(key=lambda d: (d.source, d.offset))  # as every engine reports them
-    return ReplayResult(engine.sorted_decisions(), engine.states(), dead, stats, engine.summary())
+    return ReplayResult(engine.sorted_decisions(), engine.states(), dead, stats, engine.summary(),
+                        whatif)
 
 
 def write_jsonl(records, stream: BinaryIO) -> None:
@@ -139,6 +150,13 @@ def print_summary(result: ReplayResult, console: Console) -> None:
                       str(row.controller_removals), str(row.partitions),
                       str(row.partitions_under_min_isr), _duration(row.time_under_min_isr_ms))
     console.print(table)
+    alerts = Counter((d.labels["alertname"], d.status) for d in result.decisions
+                     if isinstance(d, Alert) and not d.is_repeat)
+    if alerts:
+        names = sorted({name for name, _ in alerts})
+        console.print("alerts (fired/resolved): " + ", ".join(
+            f"{n} {alerts[(n, 'firing')]}/{alerts[(n, 'resolved')]}" for n in names),
+            soft_wrap=True)
     s = result.stats
     line = f"{s.lines} events read, {s.accepted} accepted"
     if s.ignored:
@@ -147,6 +165,17 @@ def print_summary(result: ReplayResult, console: Console) -> None:
         line += ", dead letters: " + ", ".join(
             f"{k} {v}" for k, v in sorted(s.dead_letters.items()))
     console.print(line)
+
+
+def print_whatif(whatif: WhatIf, console: Console) -> None:
+    from isr.whatif import COLUMNS, table_cells
+
+    table = Table(title="What-if by policy", title_justify="left", box=box.SIMPLE_HEAD)
+    for key, header in COLUMNS:
+        table.add_column(header, justify="left" if key == "policy" else "right")
+    for row in whatif.rows():
+        table.add_row(*table_cells(row))
+    console.print(table)
 
 
 def make_progress(console: Console) -> Progress:

@@ -105,15 +105,24 @@ class IsrPropagation(_Out):
 
 
 class Alert(_Out):
-    """Alertmanager-compatible alert status change (rules: alerts issue)."""
+    """An alert's status change, Alertmanager-compatible (alerts.md)."""
 
     type: Literal["alert"] = "alert"
+    # fingerprint/startsAt(ms)/status/ts(ms): unique per transition or repeat.
+    id: str
+    ts: int  # the event time of this status change (or repeat)
     labels: dict[str, str]
     annotations: dict[str, str]
     status: Literal["firing", "resolved"]
     startsAt: str
     endsAt: Optional[str] = None
     fingerprint: str
+
+    @property
+    def is_repeat(self) -> bool:
+        """A firing alert sent again after repeat_interval_ms (not a transition)."""
+        _fp, started, status, ts = self.id.split("/")
+        return status == "firing" and started != ts
 
 
 class DeadLetter(_Out):
@@ -142,3 +151,8 @@ DECISION_TYPES = {
     "alert": Alert,
     "dead_letter": DeadLetter,
 }
+
+
+def alert_order_fields(a: Alert) -> tuple[str, str, int, str]:
+    labels = a.labels
+    return labels["cluster"], labels["topic"], int(labels["partition"]), labels["policy"]

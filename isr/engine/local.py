@@ -15,8 +15,12 @@ from typing import Any, Callable, Iterable, Optional
 
 import orjson
 
+from isr.alerts.evaluator import AlertEvaluator
+from isr.alerts.watch import Watch
 from isr.config import MonitorSettings
-from isr.contract.decisions import IsrChange, IsrPropagation, PartitionState
+from isr.contract.decisions import (
+    Alert, IsrChange, IsrPropagation, PartitionState, alert_order_fields,
+)
 from isr.contract.decode import Rejection, validate
 from isr.model.brokers import Brokers
 from isr.model.partition import PartitionModel
@@ -71,6 +75,9 @@ class LocalEngine:
     # True: the watermark comes from outside (Spark's, per micro-batch) through
     # advance_watermark(wm) instead of from the events seen here.
     external_watermark: bool = False
+    # Called with (partition key, ts) after each partition event is applied
+    # under every policy (the what-if report follows the models with it).
+    after_apply: Optional[Callable[[tuple, int], None]] = None
     decisions: list = field(default_factory=list)
     ignored: Counter = field(default_factory=Counter)
 
@@ -88,6 +95,10 @@ class LocalEngine:
         self.propagations: dict[tuple, Propagation] = {}
         self._backlog: list[list] = []  # [ts, seq, policy, cluster, broker, topic, partition]
         self._scanned = 0
+        # Alerts (alerts.md): one Watch per partition and policy, beside its model.
+        self.alerting = (AlertEvaluator(self.monitor.alerts, self.monitor.replica_lag_time_max_ms)
+                         if self.monitor.alerts.enabled else None)
+        self.watches: dict[str, dict[tuple, Watch]] = {p: {} for p in self.policies}
 
     # ------------------------------------------------------------ input
     def submit(self, event, seq: int, origin: Any = None) -> Outcome:
@@ -179,40 +190,93 @@ class LocalEngine:
         brokers = self.brokers.get(event.cluster) or self._brokers_of(event.cluster)
         out = self.decisions
         first = True
+        alerting = self.alerting
         for policy, parts in self.partitions.items():
             model = parts.get(key)
             if model is None:
                 model = parts[key] = PartitionModel.first_seen(
                     self.rules[policy], event, self.monitor.min_isr_for(event.topic))
-            result = model.apply(event, brokers, out)
+            if alerting is None:
+                result = model.apply(event, brokers, out)
+            else:
+                result = self._apply_watched(policy, model, event, brokers, out)
             if first and result is not None:
                 outcome = Outcome(result[0], result[1])
                 if result[0] == "ignored":
                     self.ignored[result[1]] += 1
             first = False
+        if self.after_apply is not None:
+            self.after_apply(key, event.ts)
         return outcome
+
+    def _apply_watched(self, policy: str, model: PartitionModel, event, brokers: Brokers,
+                       out: list):
+        """model.apply with the partition's alerts evaluated around it: checks
+        before the event, time up to it, the event's own ISR changes, the event."""
+        w = self._watch(policy, model)
+        alerting = self.alerting
+        if event.ts > model.next_check:
+            start = len(out)
+            model.advance(event.ts, False, brokers, out)
+            self._watch_changes(w, model, out, start)
+        alerting.before_event(w, model, event.ts, out)
+        start = len(out)
+        result = model.apply(event, brokers, out)
+        self._watch_changes(w, model, out, start)
+        if result is None:
+            alerting.after_event(w, model, event, out)
+        else:  # ignored or rejected: the feed is alive, nothing else changed
+            w.last_event_ts = event.ts
+            alerting.advance(w, model, event.ts, True, out)
+        return result
+
+    def _watch(self, policy: str, model: PartitionModel) -> Watch:
+        watches = self.watches[policy]
+        w = watches.get(model.key)
+        if w is None:
+            w = watches[model.key] = Watch(model.cluster, model.topic, model.partition, policy)
+        return w
+
+    def _watch_changes(self, w: Watch, model: PartitionModel, out: list, start: int) -> None:
+        for d in [d for d in out[start:] if isinstance(d, IsrChange)]:
+            self.alerting.on_change(w, model, d, out)
+
+    def _advance_model(self, policy: str, m: PartitionModel, until: int, inclusive: bool,
+                       brokers: Brokers, out: list) -> None:
+        """Checks (and alert time) of one partition up to `until`."""
+        if self.alerting is None:
+            m.advance(until, inclusive, brokers, out)
+            return
+        w = self._watch(policy, m)
+        start = len(out)
+        m.advance(until, inclusive, brokers, out)
+        self._watch_changes(w, m, out, start)
+        self.alerting.advance(w, m, until, inclusive, out)
 
     def _on_broker(self, event) -> None:
         brokers = self._brokers_of(event.cluster)
         out, ts = self.decisions, event.ts
         cluster_parts = [
-            m for parts in self.partitions.values() for m in parts.values()
+            (policy, m) for policy, parts in self.partitions.items() for m in parts.values()
             if m.cluster == event.cluster
         ]
         # Every partition reaches ts under the old broker state first.
-        for m in cluster_parts:
-            m.advance(ts, False, brokers, out)
+        for policy, m in cluster_parts:
+            self._advance_model(policy, m, ts, False, brokers, out)
         if brokers.apply(event.broker, event.state, event.broker_epoch):
-            for m in cluster_parts:
+            for policy, m in cluster_parts:
+                start = len(out)
                 m.controller_removal(event.broker, event.state, event.broker_epoch, ts,
                                      brokers, out)
+                if self.alerting is not None:
+                    self._watch_changes(self._watch(policy, m), m, out, start)
 
     def advance_all(self, until: int, inclusive: bool) -> None:
-        """Checks for every partition, also those without new events."""
+        """Checks (and alerts) for every partition, also those without new events."""
         out = self.decisions
-        for parts in self.partitions.values():
+        for policy, parts in self.partitions.items():
             for m in parts.values():
-                m.advance(until, inclusive, self.brokers[m.cluster], out)
+                self._advance_model(policy, m, until, inclusive, self.brokers[m.cluster], out)
 
     def _collect_changes(self) -> None:
         if self.monitor.propagation != "zk":
@@ -242,7 +306,7 @@ class LocalEngine:
         self._scanned = len(out)
 
     # ------------------------------------------------------------ state store
-    SNAPSHOT_VERSION = 1
+    SNAPSHOT_VERSION = 2  # 2: alert watches
 
     def snapshot(self) -> bytes:
         """Everything needed to continue exactly where this engine stands,
@@ -260,6 +324,7 @@ class LocalEngine:
             "propagations": [p.to_list() for p in self.propagations.values()],
             "backlog": self._backlog,
             "ignored": dict(self.ignored),
+            "watches": {p: [w.to_list() for w in ws.values()] for p, ws in self.watches.items()},
         })
 
     @classmethod
@@ -293,6 +358,9 @@ class LocalEngine:
         engine._backlog = data["backlog"]
         engine.max_ts = data["max_ts"]
         engine.ignored = Counter(data["ignored"])
+        for policy, rows in data["watches"].items():
+            watches = (Watch.from_list(row) for row in rows)
+            engine.watches[policy] = {(w.cluster, w.topic, w.partition): w for w in watches}
         return engine
 
     # ------------------------------------------------------------ output
@@ -349,5 +417,8 @@ def output_order(d) -> tuple:
         return (d.ts, d.cluster, d.topic, d.partition, _POLICY_ORDER[d.policy], 0, d.seq)
     if isinstance(d, IsrPropagation):
         return (d.ts, d.cluster, "", -1, _POLICY_ORDER[d.policy], 1, d.broker)
+    if isinstance(d, Alert):
+        cluster, topic, partition, policy = alert_order_fields(d)
+        return (d.ts, cluster, topic, partition, _POLICY_ORDER[policy], 3, d.id)
     return (d.ts, getattr(d, "cluster", ""), getattr(d, "topic", ""),
             getattr(d, "partition", -1), _POLICY_ORDER.get(getattr(d, "policy", ""), 9), 2, 0)

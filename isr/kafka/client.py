@@ -8,7 +8,7 @@ import time
 from typing import Iterable, Optional
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from isr.config import KafkaSettings
 
@@ -47,6 +47,20 @@ def producer(conf: dict[str, str], **extra) -> Producer:
 
 def admin(conf: dict[str, str]) -> AdminClient:
     return AdminClient({**conf, "log_level": 2})
+
+
+def ensure_topics(conf: dict, names: list[str], partitions: int = 1) -> None:
+    """Create missing topics (brokers may not auto-create them)."""
+    client = admin(conf)
+    existing = set(client.list_topics(timeout=10).topics)
+    missing = [n for n in dict.fromkeys(names) if n not in existing]
+    if missing:
+        for future in client.create_topics([NewTopic(n, partitions, 1) for n in missing]).values():
+            try:
+                future.result(timeout=10)
+            except Exception as exc:  # noqa: BLE001 - created meanwhile is fine
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
 
 
 def topic_partitions(conf: dict[str, str], topics: Iterable[str] = (),

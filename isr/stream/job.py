@@ -184,34 +184,16 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
             .start())
 
 
-def ensure_topics(conf: dict, names: list[str], partitions: int = 1) -> None:
-    """Create missing output topics (brokers may not auto-create them)."""
-    from confluent_kafka.admin import NewTopic
-
-    from isr.kafka.client import admin
-
-    client = admin(conf)
-    existing = set(client.list_topics(timeout=10).topics)
-    missing = [n for n in dict.fromkeys(names) if n not in existing]
-    if missing:
-        for future in client.create_topics([NewTopic(n, partitions, 1) for n in missing]).values():
-            try:
-                future.result(timeout=10)
-            except Exception as exc:  # noqa: BLE001 - created meanwhile is fine
-                if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                    raise
-
-
 def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
                  master: Optional[str] = None):
     """`isr run` and jobs/isr_monitor.py: Kafka in, Kafka out. Returns the query."""
-    from isr.kafka.client import client_config
+    from isr.kafka.client import client_config, ensure_topics
     from isr.stream.sink import KafkaSink
 
     conf = client_config(settings.kafka)
     out = settings.output
     ensure_topics(conf, [out.changes_topic, out.state_topic, out.dead_letter_topic,
-                         out.commit_topic])
+                         out.alerts_topic, out.commit_topic])
     spark = spark or spark_session(settings, master)
     sink = KafkaSink(conf, out, settings.stream.query_name)
     return start(spark, settings, sink.write_batch, trigger=trigger)

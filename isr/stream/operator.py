@@ -17,7 +17,7 @@ from typing import Iterable, Iterator, Optional
 
 from isr.config import MonitorSettings
 from isr.contract import Rejection, decode
-from isr.contract.decisions import DeadLetter, IsrChange, IsrPropagation, PartitionState
+from isr.contract.decisions import Alert, DeadLetter, IsrChange, IsrPropagation, PartitionState
 from isr.engine.local import LocalEngine, late_reason
 from isr.engine.sequencer import Sequencer
 
@@ -58,6 +58,8 @@ def output_row(d, several_policies: bool = False) -> tuple:
     if isinstance(d, IsrPropagation):
         key = f"{d.cluster}/broker-{d.broker}"
         return ("isr_propagation", key, f"{key}/{d.policy}@{d.ts}", d.ts, d.model_dump_json())
+    if isinstance(d, Alert):
+        return ("alert", d.fingerprint, d.id, d.ts, d.model_dump_json())
     if isinstance(d, DeadLetter):
         return ("dead_letter", d.source, f"{d.source}@{d.offset}", -1, d.model_dump_json())
     raise TypeError(f"not an output record: {type(d).__name__}")

@@ -70,6 +70,7 @@ class KafkaSink:
             "isr_propagation": output.changes_topic,
             "partition_state": output.state_topic,
             "dead_letter": output.dead_letter_topic,
+            "alert": output.alerts_topic,
         }
         self._producer = producer(conf)
         self._committed: Optional[tuple[int, dict[str, int]]] = None

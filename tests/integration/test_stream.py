@@ -29,6 +29,7 @@ def settings_for(broker, tmp_path, *extra):
         f"output.changes_topic={prefix}.changes",
         f"output.state_topic={prefix}.state",
         f"output.dead_letter_topic={prefix}.dead",
+        f"output.alerts_topic={prefix}.alerts",
         f"output.commit_topic={prefix}.commits",
         f"stream.checkpoint_location={tmp_path / 'checkpoint'}",
         f"stream.query_name={prefix}",
@@ -63,10 +64,18 @@ def test_end_to_end_kafka_in_kafka_out_equals_local_replay(broker, spark, tmp_pa
     # The stream has decided everything before its last watermark; a bounded
     # replay also flushes the last allowed_lateness_ms of input.
     watermark = max(e["ts"] for e in workload.events()) - 1000
-    expected = [json.loads(d.model_dump_json()) for d in local_result.decisions
-                if d.ts < watermark]
+    final = [json.loads(d.model_dump_json()) for d in local_result.decisions
+             if d.ts < watermark]
+    expected = [d for d in final if d["type"] == "isr_change"]
     assert sorted(changes, key=lambda d: d["id"]) == sorted(expected, key=lambda d: d["id"])
     assert len({d["id"] for d in changes}) == len(changes)  # written once
+    # Alerts: the same transitions at the same event times as the local replay.
+    alerts = records(broker, s.output.alerts_topic)
+    expected_alerts = [d for d in final if d["type"] == "alert"]
+    assert {a["labels"]["alertname"] for a in expected_alerts} >= {"UnderReplicated",
+                                                                   "AtMinIsr"}
+    assert sorted(alerts, key=lambda d: d["id"]) == sorted(expected_alerts,
+                                                           key=lambda d: d["id"])
 
     # The idle partition (1) was shrunk by watermark-driven checks only.
     idle = [d for d in changes if d["partition"] == 1]

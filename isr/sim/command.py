@@ -1,0 +1,114 @@
+"""`isr simulate`: run a scenario and send its events to a topic or a file."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Iterator, Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from isr.config import ConfigError, Settings
+from isr.sim.cluster import Simulator
+from isr.sim.output import Sent, at_rate, in_real_time, produce, write_file
+from isr.sim.scenario import Scenario, load_scenario, scenario_names
+
+KAFKA_PREFIX = "kafka://"
+
+
+def starting_now(scenario: Scenario) -> Scenario:
+    """Live: event time is wall-clock time, from the next whole second on."""
+    return scenario.model_copy(update={"start_ts": int(math.ceil(time.time())) * 1000})
+
+
+def live_events(scenario: Scenario) -> Iterator[dict]:
+    """The scenario without end, each event released when its ts comes."""
+    return in_real_time(Simulator(starting_now(scenario), -1).events())
+
+
+def list_scenarios(console: Console) -> None:
+    table = Table(box=None, show_header=False, pad_edge=False)
+    for name in scenario_names():
+        sc = load_scenario(name)
+        watch = " ".join(f"--set {s}" for s in sc.monitor_overrides())
+        table.add_row(f"[bold]{name}[/]", sc.title + (f" [dim](watch with {watch})[/]" if watch else ""))
+    console.print(table)
+
+
+def simulate(scenario_name: str, to: str, rate: Optional[float], duration_s: Optional[float],
+             seed: Optional[int], partitions: int, settings_factory, console: Console,
+             show_progress: bool) -> Sent:
+    """Returns what was sent; `settings_factory()` gives the Kafka settings
+    (only called when producing to Kafka)."""
+    to_kafka = to.startswith(KAFKA_PREFIX)
+    if rate is not None and not to_kafka:
+        raise ConfigError("--rate paces production to Kafka; a file is written as fast as possible")
+    if rate is not None and rate <= 0:
+        raise ConfigError("--rate must be positive")
+    duration_ms = None if duration_s is None else int(duration_s * 1000)
+    if rate is not None:  # load generator: the scenario runs until the wall-clock budget ends
+        scenario = load_scenario(scenario_name, seed=seed)
+        budget_s = duration_s if duration_s is not None else scenario.duration_ms / 1000
+        sim_duration = -1
+    else:
+        scenario = load_scenario(scenario_name, duration_ms, seed)
+        budget_s, sim_duration = scenario.duration_ms / 1000, None
+    if to_kafka:
+        scenario = starting_now(scenario)
+    events = Simulator(scenario, sim_duration).events()
+    with _progress(console, scenario, budget_s, rate, show_progress) as on_progress:
+        if not to_kafka:
+            sent = write_file(events, to, on_progress)
+        else:
+            sent = _to_kafka(events, to[len(KAFKA_PREFIX):], rate, budget_s, partitions,
+                             settings_factory(), on_progress)
+    sent.monitor_overrides = tuple(scenario.monitor_overrides())
+    return sent
+
+
+def _to_kafka(events, topic: str, rate: Optional[float], budget_s: float, partitions: int,
+              settings: Settings, on_progress) -> Sent:
+    from isr.kafka.client import client_config, ensure_topics, producer
+
+    if not topic:
+        raise ConfigError("--to kafka://TOPIC needs a topic name")
+    conf = client_config(settings.kafka)
+    ensure_topics(conf, [topic], partitions)
+    paced = at_rate(events, rate, budget_s) if rate is not None else in_real_time(events)
+    p = producer(conf, **{"linger.ms": 20, "batch.num.messages": 10000,
+                          "queue.buffering.max.messages": 500000})
+    return produce(paced, p, topic, on_progress, rate)
+
+
+class _progress:
+    """A rich progress line on stderr (simulated time for files, wall time
+    when producing), or nothing when stderr is not a terminal."""
+
+    def __init__(self, console: Console, scenario: Scenario, budget_s: float,
+                 rate: Optional[float], enabled: bool) -> None:
+        self.enabled = enabled
+        self.scenario, self.rate, self.budget_s = scenario, rate, budget_s
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 TextColumn("{task.fields[count]} events"), TimeElapsedColumn(),
+                                 console=console, transient=True)
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        self.progress.start()
+        sc = self.scenario
+        task = self.progress.add_task(sc.name, total=self.budget_s, count=0)
+        started = time.monotonic()
+
+        def on_progress(count: int, ts: int) -> None:
+            done = (time.monotonic() - started if self.rate is not None
+                    else (ts - sc.start_ts) / 1000)
+            self.progress.update(task, completed=done, count=count)
+
+        return on_progress
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self.progress.stop()

@@ -1,0 +1,230 @@
+"""The what-if report: the same events under several ISR policies, side by side.
+
+`isr replay --policy kafka,kip16,legacy,kip501 EVENTS --report DIR` follows
+every partition's ISR size, HW and leader LEO under each policy as the replay
+applies the events, and writes DIR/whatif.md (a table per policy), DIR/whatif.json
+(the same numbers) and DIR/isr_size.png (ISR size over time per policy for the
+partitions where the policies disagree).
+
+Definitions (docs/simulator.md repeats them):
+- flap: an expand of a replica less than `2 * replica_lag_time_max_ms` after
+  the same replica was removed from the same partition;
+- time under min ISR: ISR size < the partition's effective min.insync.replicas;
+- time leader alone: ISR = the leader alone while the partition has more
+  than one replica;
+- HW stall time: stretches in which the HW stays below the leader's LEO
+  without moving for longer than HW_STALL_MIN_MS, counted whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from isr.contract.decisions import IsrChange
+from isr.engine.local import PolicySummary
+
+HW_STALL_MIN_MS = 1000
+MAX_PLOTTED = 6
+
+
+class Timeline:
+    """One partition under one policy: integrates the time spent in each
+    condition, and keeps the ISR-size steps for the plot."""
+
+    __slots__ = ("last_ts", "isr_size", "replicas", "min_isr", "hw", "leo", "stall_since",
+                 "alone_ms", "stall_ms", "steps")
+
+    def __init__(self) -> None:
+        self.last_ts: Optional[int] = None
+        self.isr_size = self.replicas = self.min_isr = self.hw = self.leo = 0
+        self.stall_since: Optional[int] = None
+        self.alone_ms = self.stall_ms = 0
+        self.steps: list[tuple[int, int]] = []
+
+    def observe(self, ts: int, isr_size: int, replicas: int, min_isr: int, hw: int,
+                leo: int) -> None:
+        self._advance(ts)
+        if self.hw != hw or hw >= leo:
+            self._close_stall(ts)
+        if hw < leo and self.stall_since is None:
+            self.stall_since = ts
+        if not self.steps or self.steps[-1][1] != isr_size:
+            self.steps.append((ts, isr_size))
+        self.isr_size, self.replicas, self.min_isr = isr_size, replicas, min_isr
+        self.hw, self.leo = hw, leo
+
+    def finish(self, ts: int) -> None:
+        self._advance(ts)
+        self._close_stall(ts)
+
+    def _advance(self, ts: int) -> None:
+        if self.last_ts is not None and ts > self.last_ts:
+            if self.isr_size == 1 and self.replicas > 1:
+                self.alone_ms += ts - self.last_ts
+        if self.last_ts is None or ts > self.last_ts:
+            self.last_ts = ts
+
+    def _close_stall(self, ts: int) -> None:
+        if self.stall_since is not None:
+            if ts - self.stall_since > HW_STALL_MIN_MS:
+                self.stall_ms += ts - self.stall_since
+            self.stall_since = None
+
+
+@dataclass
+class PolicyRow(PolicySummary):
+    """The replay summary (counts, time under min ISR from the models) plus
+    what only the timelines know."""
+
+    flaps: int = 0
+    time_leader_alone_ms: int = 0
+    hw_stall_ms: int = 0
+
+
+@dataclass
+class WhatIf:
+    """Attach to a LocalEngine (engine.after_apply = whatif.after_apply) before
+    the replay; call finish() after engine.finish()."""
+
+    engine: object
+    timelines: dict = field(default_factory=lambda: defaultdict(Timeline))
+    _seen: int = 0
+
+    def after_apply(self, key: tuple, ts: int) -> None:
+        self._drain()
+        for policy, parts in self.engine.partitions.items():
+            m = parts.get(key)
+            if m is not None:
+                self.timelines[(policy, key)].observe(
+                    ts, len(m.isr), len(m.replicas), m.min_isr, m.hw, m.leader_leo)
+
+    def _drain(self) -> None:
+        """ISR changes taken at check instants or by the controller."""
+        decisions = self.engine.decisions
+        for d in decisions[self._seen:]:
+            if isinstance(d, IsrChange):
+                tl = self.timelines[(d.policy, (d.cluster, d.topic, d.partition))]
+                tl.observe(d.ts, len(d.isr_after), tl.replicas, tl.min_isr, d.hw, d.leader_leo)
+        self._seen = len(decisions)
+
+    def finish(self) -> None:
+        self._drain()
+        end = self.engine.max_ts
+        for tl in self.timelines.values():
+            tl.finish(end)
+
+    # ------------------------------------------------------------ results
+    def rows(self) -> list[PolicyRow]:
+        rows = {s.policy: PolicyRow(**asdict(s)) for s in self.engine.summary()}
+        flap_window = 2 * self.engine.monitor.replica_lag_time_max_ms
+        removed_at: dict[tuple, int] = {}
+        for d in sorted((d for d in self.engine.decisions if isinstance(d, IsrChange)),
+                        key=lambda d: (d.ts, d.seq)):
+            row = rows[d.policy]
+            for r in d.replicas:
+                k = (d.policy, d.cluster, d.topic, d.partition, r)
+                if d.action == "shrink":
+                    removed_at[k] = d.ts
+                elif k in removed_at and d.ts - removed_at.pop(k) < flap_window:
+                    row.flaps += 1
+        for (policy, _key), tl in self.timelines.items():
+            row = rows[policy]
+            row.time_leader_alone_ms += tl.alone_ms
+            row.hw_stall_ms += tl.stall_ms
+        return list(rows.values())
+
+    def differing_partitions(self) -> list[tuple]:
+        """Partitions whose ISR size over time is not the same under every policy."""
+        by_key: dict[tuple, set] = defaultdict(set)
+        for (policy, key), tl in self.timelines.items():
+            by_key[key].add(tuple(tl.steps))
+        return sorted(k for k, variants in by_key.items() if len(variants) > 1)
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:.1f}"
+
+
+COLUMNS = [("policy", "policy"), ("shrinks", "shrinks"), ("expands", "expands"),
+           ("flaps", "flaps"), ("controller_removals", "ctrl removals"),
+           ("time_under_min_isr_ms", "under min ISR (s)"),
+           ("time_leader_alone_ms", "leader alone (s)"), ("hw_stall_ms", "HW stalled (s)")]
+
+
+def table_cells(row: PolicyRow) -> list[str]:
+    values = asdict(row)
+    return [_seconds(values[k]) if k.endswith("_ms") else str(values[k]) for k, _ in COLUMNS]
+
+
+def write_report(whatif: WhatIf, directory: str, sources: list[str]) -> list[Path]:
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = whatif.rows()
+    differing = whatif.differing_partitions()
+    md = ["# What-if: the same events under several ISR policies", "",
+          f"Input: {', '.join(sources)}; replica.lag.time.max.ms = "
+          f"{whatif.engine.monitor.replica_lag_time_max_ms}.", "",
+          "| " + " | ".join(h for _, h in COLUMNS) + " |",
+          "|" + "---|" * len(COLUMNS)]
+    md += ["| " + " | ".join(table_cells(r)) + " |" for r in rows]
+    md += ["", f"Partitions whose ISR differs between policies: {len(differing)}"
+           + (f" (plotted: the first {min(len(differing), MAX_PLOTTED)}, isr_size.png)"
+              if differing else "") + ".", "",
+           "Definitions: a flap is an expand of a replica within 2 x replica.lag.time.max.ms "
+           "of its removal; HW stalled counts stretches longer than "
+           f"{HW_STALL_MIN_MS} ms with the HW below the leader's LEO and not moving."]
+    md_path = out / "whatif.md"
+    md_path.write_text("\n".join(md) + "\n")
+    json_path = out / "whatif.json"
+    json_path.write_text(json.dumps({
+        "policies": [asdict(r) for r in rows],
+        "differing_partitions": [list(k) for k in differing],
+        "hw_stall_min_ms": HW_STALL_MIN_MS}, indent=2) + "\n")
+    written = [md_path, json_path]
+    if differing:
+        written.append(plot(whatif, differing[:MAX_PLOTTED], out / "isr_size.png"))
+    return written
+
+
+def plot(whatif: WhatIf, keys: list[tuple], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    policies = whatif.engine.policies
+    start = min(tl.steps[0][0] for tl in whatif.timelines.values() if tl.steps)
+    end = whatif.engine.max_ts
+    fig, axes = plt.subplots(len(keys), 1, figsize=(10, 2.6 * len(keys)), sharex=True,
+                             squeeze=False)
+    for ax, key in zip(axes[:, 0], keys):
+        top = 1
+        for i, policy in enumerate(policies):
+            tl = whatif.timelines.get((policy, key))
+            if tl is None or not tl.steps:
+                continue
+            xs = [(ts - start) / 1000 for ts, _ in tl.steps] + [(end - start) / 1000]
+            ys = [size for _, size in tl.steps] + [tl.steps[-1][1]]
+            # A small vertical offset keeps identical lines apart.
+            ax.step(xs, [y + 0.04 * i for y in ys], where="post", label=policy, linewidth=1.6)
+            top = max(top, max(ys), tl.replicas)
+            if tl.min_isr:
+                ax.axhline(tl.min_isr - 0.5, color="grey", linestyle=":", linewidth=0.8)
+        cluster, topic, partition = key
+        ax.set_title(f"{topic}-{partition}" + ("" if cluster == "default" else f" ({cluster})"),
+                     loc="left", fontsize=10)
+        ax.set_ylabel("ISR size")
+        ax.set_ylim(0.5, top + 0.5)
+        ax.set_yticks(range(1, top + 1))
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower left", fontsize=8, ncol=len(policies))
+    axes[-1, 0].set_xlabel("seconds since the first event (dotted: min.insync.replicas)")
+    fig.suptitle("ISR size over time, by policy (partitions where the policies differ)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
