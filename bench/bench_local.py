@@ -25,7 +25,7 @@ import orjson
 sys.path.insert(0, os.path.dirname(__file__))
 from gen import stream  # noqa: E402
 
-from isr.config import MonitorSettings  # noqa: E402
+from isr.config import AlertSettings, MonitorSettings  # noqa: E402
 from isr.contract import validate  # noqa: E402
 from isr.engine.local import LocalEngine  # noqa: E402
 from isr.replay import replay  # noqa: E402
@@ -88,8 +88,11 @@ def main() -> None:
     n = len(events)
     rows = [("baseline (plain loop, simpler rule)", baseline(events))]
 
+    quiet = MonitorSettings(alerts=AlertSettings(enabled=False))
+    e0 = LocalEngine(quiet)
+    rows.append(("model, kafka, alerts off", n / timed(lambda: e0.apply_in_order(events))))
     engine = LocalEngine(MonitorSettings())
-    rows.append(("model, kafka", n / timed(lambda: engine.apply_in_order(events))))
+    rows.append(("model, kafka (with alerts)", n / timed(lambda: engine.apply_in_order(events))))
     decisions = len(engine.decisions)
     state_bytes = sum(len(orjson.dumps(m.to_list())) for m in engine.partitions["kafka"].values())
     followers = sum(len(m.followers) for m in engine.partitions["kafka"].values())
@@ -104,6 +107,8 @@ def main() -> None:
     all_policies = MonitorSettings(policy=["kafka", "kip16", "legacy", "kip501"])
     e4 = LocalEngine(all_policies)
     rows.append(("model, 4 policies side by side", n / timed(lambda: e4.apply_in_order(events))))
+    e4q = LocalEngine(all_policies.model_copy(update={"alerts": quiet.alerts}))
+    rows.append(("model, 4 policies, alerts off", n / timed(lambda: e4q.apply_in_order(events))))
 
     with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as f:
         for e in raw:

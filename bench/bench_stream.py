@@ -150,8 +150,7 @@ def bench_latency(args) -> None:
     from confluent_kafka import Consumer, Producer
 
     from isr.kafka.embedded import EmbeddedBroker
-    from isr.sim.command import live_events
-    from isr.sim.output import message_key
+    from isr.sim.command import feed_live
     from isr.stream.job import run_to_kafka, spark_session
 
     with EmbeddedBroker() as broker:
@@ -175,18 +174,7 @@ def bench_latency(args) -> None:
         sent = {"n": 0}
 
         def feed():
-            for ev in live_events(scenario):
-                if stop.is_set():
-                    return
-                while True:
-                    try:
-                        producer.produce("isr.fetch-events", key=message_key(ev),
-                                         value=json.dumps(ev))
-                        break
-                    except BufferError:
-                        producer.poll(0.01)
-                producer.poll(0)
-                sent["n"] += 1
+            sent["n"] = feed_live(scenario, producer, "isr.fetch-events", stop.is_set)
 
         gen = threading.Thread(target=feed, daemon=True)
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench",

@@ -209,6 +209,52 @@ class StreamSettings(_Section):
     query_name: str = "isr-monitor"
 
 
+class Receiver(_Section):
+    """One webhook. Secrets come from environment variables, never the TOML."""
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    kind: Literal["json", "alertmanager", "slack"] = "json"
+    # alertmanager: the base URL + /api/v2/alerts, e.g. http://am:9093/api/v2/alerts
+    url: Annotated[str, Field(pattern=r"^https?://")]
+    enabled: bool = True
+    headers: dict[str, str] = {}
+    token_env: Optional[str] = None     # Authorization: Bearer $token_env
+    hmac_key_env: Optional[str] = None  # X-ISR-Signature: sha256=HMAC(key, body)
+
+
+class DeliverySettings(_Section):
+    webhooks: list[Receiver] = []
+    # The most one micro-batch (or replay) spends delivering; the rest waits
+    # in the outbox for the next call.
+    batch_budget_s: Annotated[float, Field(gt=0)] = 5.0
+    request_timeout_s: Annotated[float, Field(gt=0)] = 3.0
+    backoff_initial_s: Annotated[float, Field(gt=0)] = 0.2
+    backoff_max_s: Annotated[float, Field(gt=0)] = 2.0
+    # Outbox (undelivered alerts) and ledger (delivered alert ids) live here.
+    state_dir: str = "checkpoints/isr-delivery"
+    generator_url: str = "http://localhost:9464/"  # Alertmanager's generatorURL
+
+    @field_validator("webhooks")
+    @classmethod
+    def _unique_names(cls, value: list[Receiver]) -> list[Receiver]:
+        names = [r.name for r in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"webhook names {names} must be unique")
+        return value
+
+
+class MetricsSettings(_Section):
+    """The job's Prometheus endpoint (http://<address>:<port>/metrics)."""
+
+    enabled: bool = True
+    address: str = "0.0.0.0"
+    port: Annotated[int, Field(ge=1, le=65535)] = 9464
+    # Cardinality controls: 100 k partitions x 3 replicas is a lot of series.
+    per_partition: bool = True
+    per_follower: bool = True
+    topics: list[str] = []  # regular expressions; empty = every topic
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ISR_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -219,6 +265,8 @@ class Settings(BaseSettings):
     input: InputSettings = InputSettings()
     output: OutputSettings = OutputSettings()
     stream: StreamSettings = StreamSettings()
+    delivery: DeliverySettings = DeliverySettings()
+    metrics: MetricsSettings = MetricsSettings()
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

@@ -15,8 +15,7 @@ from typing import Optional
 from rich.console import Console
 
 from isr.config import Settings, load_settings
-from isr.sim.command import live_events
-from isr.sim.output import message_key
+from isr.sim.command import feed_live
 from isr.sim.scenario import load_scenario
 
 DEMO_OVERRIDES = [
@@ -62,15 +61,8 @@ def run_demo(config: Optional[str], overrides: list[str], duration: Optional[flo
         producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20,
                              "log_level": 0})
         scenario = load_scenario("demo")
-
-        def feed() -> None:
-            for ev in live_events(scenario):
-                if stop.is_set():
-                    return
-                producer.produce(topic, key=message_key(ev), value=json.dumps(ev))
-                producer.poll(0)
-
-        gen = threading.Thread(target=feed, daemon=True)
+        gen = threading.Thread(target=feed_live, daemon=True,
+                               args=(scenario, producer, topic, stop.is_set))
         gen.start()
         console.print("starting the Spark job (15-30 s)... broker 3 pauses 14 s every 40 s; "
                       "Ctrl-C stops everything")

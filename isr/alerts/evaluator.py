@@ -14,9 +14,11 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timezone
 
-from isr.alerts.rules import PARTITION, Rules, conditions, next_change
+from typing import Optional
+
+from isr.alerts.rules import PARTITION, RuleParams, describe, scan
 from isr.alerts.watch import AtChange, PartitionView, Watch
-from isr.config import RULE_DEFAULTS, AlertSettings
+from isr.config import AlertSettings
 from isr.contract.decisions import Alert, IsrChange
 
 SUMMARIES = {
@@ -49,13 +51,13 @@ class AlertEvaluator:
     def __init__(self, cfg: AlertSettings, replica_lag_time_max_ms: int) -> None:
         self.cfg = cfg
         self.lag_max_ms = replica_lag_time_max_ms
-        self._rules: dict[str, Rules] = {}
+        self._params: dict[str, RuleParams] = {}
 
-    def rules(self, topic: str) -> Rules:
-        rules = self._rules.get(topic)
-        if rules is None:
-            rules = self._rules[topic] = {n: self.cfg.rule(n, topic) for n in RULE_DEFAULTS}
-        return rules
+    def params(self, topic: str) -> RuleParams:
+        params = self._params.get(topic)
+        if params is None:
+            params = self._params[topic] = RuleParams(self.cfg, topic, self.lag_max_ms)
+        return params
 
     # ------------------------------------------------------------ entry points
     def before_event(self, w: Watch, model: PartitionView, ts: int, out: list) -> None:
@@ -64,15 +66,23 @@ class AlertEvaluator:
     def on_change(self, w: Watch, model: PartitionView, d: IsrChange, out: list) -> None:
         self.advance(w, AtChange(model, d.isr_before, w.hw_seen), d.ts, False, out)
         w.changes.append(d.ts)
-        w.note_hw(d.hw, d.ts)
+        w.note_hw(d.hw, model.leader_leo, d.ts)
         self._step(w, AtChange(model, d.isr_after, d.hw), d.ts, out)
 
     def after_event(self, w: Watch, model: PartitionView, event, out: list) -> None:
         ts, kind = event.ts, event.type
         w.last_event_ts = ts
+        w.note_hw(model.hw, model.leader_leo, ts)
         if kind == "fetch":
-            w.served_ms[event.replica] = ts - event.fetch_ts
+            served = ts - event.fetch_ts
+            w.served_ms[event.replica] = served
             w.pending.pop(event.replica, None)
+            # A fetch only lowers lags and moves the HW forward: with no alert
+            # active and nothing due, no condition can start holding now.
+            if (not w.alerts and (w.due is None or w.due > ts)
+                    and served <= self.params(w.topic).slow_ms):
+                w.t = ts
+                return
         elif kind == "fetch_start":
             w.pending.setdefault(event.replica, ts)
         elif kind == "leader":
@@ -81,59 +91,60 @@ class AlertEvaluator:
             w.reported = None  # the new epoch's committed ISR is not known yet
         elif kind == "isr":
             w.reported = list(event.isr)
-        w.note_hw(model.hw, ts)
         self._step(w, model, ts, out)
 
     def advance(self, w: Watch, view: PartitionView, until: int, inclusive: bool,
                 out: list) -> None:
         """Step through every instant before `until` (or at it) where something is due."""
-        rules = self.rules(w.topic)
         while True:
-            due = self._next_due(w, view, rules)
+            due = self._next_due(w)
             if due is None or due > until or (due == until and not inclusive):
                 return
             self._step(w, view, due, out)
 
     # ------------------------------------------------------------ lifecycle
-    def _next_due(self, w: Watch, view: PartitionView, rules: Rules):
-        due = next_change(w, view, w.t, rules, self.lag_max_ms)
-        repeat = self.cfg.repeat_interval_ms
-        for (name, _r), (since, fired, sent) in w.alerts.items():
-            t = since + rules[name].for_ms if fired < 0 else sent + repeat
-            if t > w.t and (due is None or t < due):
-                due = t
+    def _next_due(self, w: Watch) -> Optional[int]:
+        due = w.due
+        if w.alerts:
+            for_ms, repeat = self.params(w.topic).for_ms, self.cfg.repeat_interval_ms
+            for (name, _r), (since, fired, sent) in w.alerts.items():
+                t = since + for_ms[name] if fired < 0 else sent + repeat
+                if t > w.t and (due is None or t < due):
+                    due = t
         return due
 
     def _step(self, w: Watch, view: PartitionView, T: int, out: list) -> None:
-        rules = self.rules(w.topic)
-        window = rules["IsrFlapping"].window_ms
-        if w.changes and w.changes[0] <= T - window:
-            w.changes = [t for t in w.changes if t > T - window]
-        holding = conditions(w, view, T, rules, self.lag_max_ms)
+        P = self.params(w.topic)
+        if w.changes and w.changes[0] <= T - P.flap_window_ms:
+            w.changes = [t for t in w.changes if t > T - P.flap_window_ms]
+        holding, w.due = scan(w, view, T, P)
         repeat = self.cfg.repeat_interval_ms
-        for key, description in holding.items():
+        for key, numbers in holding.items():
             state = w.alerts.get(key)
             if state is None:
                 state = w.alerts[key] = [T, -1, -1]
             since, fired, sent = state
             if fired < 0:
-                if T >= since + rules[key[0]].for_ms:
+                if T >= since + P.for_ms[key[0]]:
                     state[1] = state[2] = T
-                    out.append(self._record(w, key, rules, "firing", T, T, description))
+                    out.append(self._record(w, key, P, "firing", T, T,
+                                            describe(key[0], numbers, P)))
             elif T >= sent + repeat:
                 state[2] = T
-                out.append(self._record(w, key, rules, "firing", fired, T, description))
-        for key in [k for k in w.alerts if k not in holding]:
-            since, fired, _sent = w.alerts.pop(key)
-            if fired >= 0:
-                out.append(self._record(w, key, rules, "resolved", fired, T,
-                                        "the condition no longer holds"))
+                out.append(self._record(w, key, P, "firing", fired, T,
+                                        describe(key[0], numbers, P)))
+        if len(w.alerts) > len(holding):
+            for key in [k for k in w.alerts if k not in holding]:
+                _since, fired, _sent = w.alerts.pop(key)
+                if fired >= 0:
+                    out.append(self._record(w, key, P, "resolved", fired, T,
+                                            "the condition no longer holds"))
         w.t = T
 
-    def _record(self, w: Watch, key: tuple[str, int], rules: Rules, status: str,
+    def _record(self, w: Watch, key: tuple[str, int], P: RuleParams, status: str,
                 started: int, T: int, description: str) -> Alert:
         name, replica = key
-        labels = {"alertname": name, "severity": rules[name].severity, "cluster": w.cluster,
+        labels = {"alertname": name, "severity": P.severity[name], "cluster": w.cluster,
                   "topic": w.topic, "partition": str(w.partition), "policy": w.policy}
         if replica != PARTITION:
             labels["replica"] = str(replica)

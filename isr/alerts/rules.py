@@ -1,10 +1,12 @@
-"""The ten conditions of alerts.md, as pure functions of one partition.
+"""The ten conditions of alerts.md, as one pure scan of a partition.
 
-`conditions(watch, view, T)` says which conditions hold at event time T, with
-the numbers for the alert's description; `next_change(watch, view, T)` says
-the earliest later instant at which one could start or stop holding with no
-new input (a lag crossing its threshold, a silence getting long enough), so
-the evaluator can stop exactly there. Nothing here reads a clock.
+`scan(watch, view, T, params)` returns which conditions hold at event time T
+(with the numbers for their descriptions, formatted only when an alert is
+sent) and the earliest later instant at which one could start or stop
+holding with no new input (a lag crossing its threshold, a silence getting
+long enough), so the evaluator can stop exactly there. It runs for most
+events, so it is written as one pass over plain attributes. Nothing here
+reads a clock.
 """
 
 from __future__ import annotations
@@ -12,98 +14,131 @@ from __future__ import annotations
 from typing import Optional
 
 from isr.alerts.watch import PartitionView, Watch
-from isr.config import AlertRule
-from isr.model.rules import lag_ms
-
-Rules = dict[str, AlertRule]  # alertname -> the rule as configured for this topic
+from isr.config import RULE_DEFAULTS, AlertSettings
 
 PARTITION = -1  # the replica part of a partition-level alert's key
 
 
-def conditions(w: Watch, v: PartitionView, T: int, rules: Rules, lag_max_ms: int
-               ) -> dict[tuple[str, int], str]:
-    """{(alertname, replica or PARTITION): description} of what holds at T."""
-    out: dict[tuple[str, int], str] = {}
-    isr, replicas, n_isr, n_rep, min_isr = v.isr, v.replicas, len(v.isr), len(v.replicas), v.min_isr
-    if rules["UnderMinIsr"].enabled and n_isr < min_isr:
-        out[("UnderMinIsr", PARTITION)] = (
-            f"ISR {isr} has {n_isr} member(s), below min.insync.replicas {min_isr}: "
-            f"acks=all produces fail")
-    if rules["AtMinIsr"].enabled and n_isr == min_isr < n_rep:
-        out[("AtMinIsr", PARTITION)] = (
-            f"ISR {isr} is at min.insync.replicas {min_isr} of {n_rep} replicas: "
-            f"one more failure stops acks=all writes")
-    if rules["LeaderOnlyIsr"].enabled and n_rep > 1 and isr == [v.leader]:
-        out[("LeaderOnlyIsr", PARTITION)] = (
-            f"only the leader {v.leader} is in the ISR of replicas {replicas}")
-    if rules["UnderReplicated"].enabled and n_isr < n_rep:
-        missing = [r for r in replicas if r not in isr]
-        out[("UnderReplicated", PARTITION)] = f"replicas {missing} are not in the ISR {isr}"
-    if rules["IsrFlapping"].enabled:
-        rule = rules["IsrFlapping"]
-        recent = [t for t in w.changes if T - rule.window_ms < t <= T]
-        if len(recent) >= rule.changes:
-            out[("IsrFlapping", PARTITION)] = (
-                f"{len(recent)} ISR changes in the last {rule.window_ms} ms "
-                f"(threshold {rule.changes})")
-    if rules["FollowerLagging"].enabled:
-        limit = rules["FollowerLagging"].warn_ratio * lag_max_ms
+class RuleParams:
+    """The rules as configured for one topic, flattened for the scan."""
+
+    def __init__(self, cfg: AlertSettings, topic: str, lag_max_ms: int) -> None:
+        rules = {name: cfg.rule(name, topic) for name in RULE_DEFAULTS}
+        self.enabled = {n for n, r in rules.items() if r.enabled}
+        self.severity = {n: r.severity for n, r in rules.items()}
+        self.for_ms = {n: r.for_ms for n, r in rules.items()}
+        on = self.enabled.__contains__
+        self.min_isr_rules = on("UnderMinIsr"), on("AtMinIsr"), on("LeaderOnlyIsr")
+        self.under_replicated = on("UnderReplicated")
+        self.flapping = on("IsrFlapping")
+        self.flap_changes = rules["IsrFlapping"].changes
+        self.flap_window_ms = rules["IsrFlapping"].window_ms
+        self.lagging = on("FollowerLagging")
+        self.warn_ratio = rules["FollowerLagging"].warn_ratio
+        self.lag_limit_ms = int(self.warn_ratio * lag_max_ms)
+        self.lag_max_ms = lag_max_ms
+        self.stalled = on("HighWatermarkStalled")
+        self.stall_ms = rules["HighWatermarkStalled"].stall_ms
+        self.slow = on("SlowLeaderFetch")
+        self.slow_ms = rules["SlowLeaderFetch"].follower_fetch_process_time_max_ms
+        self.divergence = on("IsrDivergence")
+        self.silent = on("PartitionSilent")
+        self.silent_ms = rules["PartitionSilent"].silent_ms
+
+
+def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
+         ) -> tuple[dict[tuple[str, int], tuple], Optional[int]]:
+    """({(alertname, replica or PARTITION): numbers}, next instant > T to look again)."""
+    out: dict[tuple[str, int], tuple] = {}
+    due = None
+    isr, leader = v.isr, v.leader
+    n_isr, n_rep, min_isr = len(isr), len(v.replicas), v.min_isr
+    under, at, alone = P.min_isr_rules
+    if under and n_isr < min_isr:
+        out[("UnderMinIsr", PARTITION)] = (isr, min_isr)
+    if at and n_isr == min_isr < n_rep:
+        out[("AtMinIsr", PARTITION)] = (isr, min_isr, n_rep)
+    if alone and n_rep > 1 and n_isr == 1 and isr[0] == leader:
+        out[("LeaderOnlyIsr", PARTITION)] = (leader, v.replicas)
+    if P.under_replicated and n_isr < n_rep:
+        out[("UnderReplicated", PARTITION)] = (isr, v.replicas)
+    if P.flapping and w.changes:
+        window = P.flap_window_ms
+        recent = 0
+        for t in w.changes:
+            if T - window < t <= T:
+                recent += 1
+            if t + window > T and (due is None or t + window < due):
+                due = t + window  # the change leaves the window then
+        if recent >= P.flap_changes:
+            out[("IsrFlapping", PARTITION)] = (recent, window, P.flap_changes)
+    leader_leo = v.leader_leo
+    if P.lagging:
+        limit, followers = P.lag_limit_ms, v.followers
         for r in isr:
-            f = v.followers.get(r)
-            if f is None:
+            f = followers.get(r)
+            if f is None or (f.leo == leader_leo and f.leo >= 0) or f.last_caught_up_ts <= 0:
                 continue
-            lag = lag_ms(f, v.leader_leo, T)
-            if lag is not None and lag > limit:
-                out[("FollowerLagging", r)] = (
-                    f"ISR follower {r} lags {lag} ms (> {limit:.0f} ms = "
-                    f"{rules['FollowerLagging'].warn_ratio} x {lag_max_ms}); "
-                    f"leo {f.leo}, leader_leo {v.leader_leo}")
-    if rules["HighWatermarkStalled"].enabled:
-        stall = rules["HighWatermarkStalled"].stall_ms
-        if v.leader >= 0 and v.leader_leo > v.hw and T - w.hw_since > stall:
-            out[("HighWatermarkStalled", PARTITION)] = (
-                f"hw {v.hw} has not moved for {T - w.hw_since} ms while leader_leo is "
-                f"{v.leader_leo}")
-    if rules["SlowLeaderFetch"].enabled:
-        limit = rules["SlowLeaderFetch"].follower_fetch_process_time_max_ms
-        slow = sorted(f"{r} served in {ms} ms" for r, ms in w.served_ms.items() if ms > limit)
-        slow += sorted(f"{r} waiting {T - ts} ms" for r, ts in w.pending.items()
-                       if T - ts > limit)
+            lag = T - f.last_caught_up_ts
+            if lag > limit:
+                out[("FollowerLagging", r)] = (r, lag, limit, f.leo, leader_leo)
+            else:
+                t = f.last_caught_up_ts + limit + 1
+                if due is None or t < due:
+                    due = t
+    if P.stalled and leader >= 0 and leader_leo > v.hw:
+        if T - w.hw_since > P.stall_ms:
+            out[("HighWatermarkStalled", PARTITION)] = (v.hw, T - w.hw_since, leader_leo)
+        else:
+            t = w.hw_since + P.stall_ms + 1
+            if due is None or t < due:
+                due = t
+    if P.slow and (w.pending or w.served_ms):
+        limit = P.slow_ms
+        slow = [(r, ms, "served in") for r, ms in w.served_ms.items() if ms > limit]
+        for r, ts in w.pending.items():
+            if T - ts > limit:
+                slow.append((r, T - ts, "waiting"))
+            elif due is None or ts + limit + 1 < due:
+                due = ts + limit + 1
         if slow:
-            out[("SlowLeaderFetch", PARTITION)] = (
-                f"leader {v.leader} is slow to serve fetches (> {limit} ms): "
-                + ", ".join(slow))
-    if rules["IsrDivergence"].enabled and w.reported is not None and sorted(w.reported) != sorted(isr):
-        out[("IsrDivergence", PARTITION)] = (
-            f"the cluster reports ISR {w.reported}, the computed ISR is {isr}")
-    if rules["PartitionSilent"].enabled and w.last_event_ts >= 0:
-        silent = rules["PartitionSilent"].silent_ms
-        if T - w.last_event_ts > silent:
-            out[("PartitionSilent", PARTITION)] = (
-                f"no event for {T - w.last_event_ts} ms (> {silent} ms)")
-    return out
+            out[("SlowLeaderFetch", PARTITION)] = (leader, limit, sorted(slow))
+    if P.divergence and w.reported is not None and sorted(w.reported) != sorted(isr):
+        out[("IsrDivergence", PARTITION)] = (w.reported, isr)
+    if P.silent and w.last_event_ts >= 0:
+        if T - w.last_event_ts > P.silent_ms:
+            out[("PartitionSilent", PARTITION)] = (T - w.last_event_ts, P.silent_ms)
+        else:
+            t = w.last_event_ts + P.silent_ms + 1
+            if due is None or t < due:
+                due = t
+    return out, due
 
 
-def next_change(w: Watch, v: PartitionView, T: int, rules: Rules, lag_max_ms: int
-                ) -> Optional[int]:
-    """The first instant > T at which a condition may flip with no new input."""
-    times: list[int] = []
-    if rules["IsrFlapping"].enabled:
-        window = rules["IsrFlapping"].window_ms
-        times += [t + window for t in w.changes if t + window > T]  # a change leaves the window
-    if rules["FollowerLagging"].enabled:
-        limit = int(rules["FollowerLagging"].warn_ratio * lag_max_ms)
-        for r in v.isr:
-            f = v.followers.get(r)
-            if f is not None and f.last_caught_up_ts > 0 and not (
-                    f.leo == v.leader_leo and f.leo >= 0):
-                times.append(f.last_caught_up_ts + limit + 1)
-    if rules["HighWatermarkStalled"].enabled and v.leader_leo > v.hw:
-        times.append(w.hw_since + rules["HighWatermarkStalled"].stall_ms + 1)
-    if rules["SlowLeaderFetch"].enabled and w.pending:
-        limit = rules["SlowLeaderFetch"].follower_fetch_process_time_max_ms
-        times += [ts + limit + 1 for ts in w.pending.values()]
-    if rules["PartitionSilent"].enabled and w.last_event_ts >= 0:
-        times.append(w.last_event_ts + rules["PartitionSilent"].silent_ms + 1)
-    later = [t for t in times if t > T]
-    return min(later) if later else None
+def describe(name: str, n: tuple, P: RuleParams) -> str:
+    """The numbers of a holding condition as one sentence for the alert."""
+    if name == "UnderMinIsr":
+        return (f"ISR {n[0]} has {len(n[0])} member(s), below min.insync.replicas {n[1]}: "
+                f"acks=all produces fail")
+    if name == "AtMinIsr":
+        return (f"ISR {n[0]} is at min.insync.replicas {n[1]} of {n[2]} replicas: one more "
+                f"failure stops acks=all writes")
+    if name == "LeaderOnlyIsr":
+        return f"only the leader {n[0]} is in the ISR of replicas {n[1]}"
+    if name == "UnderReplicated":
+        return f"replicas {[r for r in n[1] if r not in n[0]]} are not in the ISR {n[0]}"
+    if name == "IsrFlapping":
+        return f"{n[0]} ISR changes in the last {n[1]} ms (threshold {n[2]})"
+    if name == "FollowerLagging":
+        return (f"ISR follower {n[0]} lags {n[1]} ms (> {n[2]} ms = {P.warn_ratio} x "
+                f"{P.lag_max_ms}); leo {n[3]}, leader_leo {n[4]}")
+    if name == "HighWatermarkStalled":
+        return f"hw {n[0]} has not moved for {n[1]} ms while leader_leo is {n[2]}"
+    if name == "SlowLeaderFetch":
+        return (f"leader {n[0]} is slow to serve fetches (> {n[1]} ms): "
+                + ", ".join(f"{r} {what} {ms} ms" for r, ms, what in n[2]))
+    if name == "IsrDivergence":
+        return f"the cluster reports ISR {n[0]}, the computed ISR is {n[1]}"
+    if name == "PartitionSilent":
+        return f"no event for {n[0]} ms (> {n[1]} ms)"
+    raise KeyError(name)

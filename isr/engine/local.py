@@ -213,16 +213,19 @@ class LocalEngine:
                        out: list):
         """model.apply with the partition's alerts evaluated around it: checks
         before the event, time up to it, the event's own ISR changes, the event."""
-        w = self._watch(policy, model)
-        alerting = self.alerting
-        if event.ts > model.next_check:
+        w = self.watches[policy].get(model.key) or self._watch(policy, model)
+        alerting, ts = self.alerting, event.ts
+        if ts > model.next_check:
             start = len(out)
-            model.advance(event.ts, False, brokers, out)
-            self._watch_changes(w, model, out, start)
-        alerting.before_event(w, model, event.ts, out)
+            model.advance(ts, False, brokers, out)
+            if len(out) > start:
+                self._watch_changes(w, model, out, start)
+        if w.alerts or (w.due is not None and w.due < ts):
+            alerting.before_event(w, model, ts, out)
         start = len(out)
         result = model.apply(event, brokers, out)
-        self._watch_changes(w, model, out, start)
+        if len(out) > start:
+            self._watch_changes(w, model, out, start)
         if result is None:
             alerting.after_event(w, model, event, out)
         else:  # ignored or rejected: the feed is alive, nothing else changed

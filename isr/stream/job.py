@@ -11,6 +11,7 @@ decisions out (to Kafka, or to any `write_batch(batch_id, rows)` sink).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Callable, Optional
@@ -187,7 +188,9 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
 def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
                  master: Optional[str] = None):
     """`isr run` and jobs/isr_monitor.py: Kafka in, Kafka out. Returns the query."""
+    from isr.alerts.delivery import Deliverer
     from isr.kafka.client import client_config, ensure_topics
+    from isr.metrics import Metrics
     from isr.stream.sink import KafkaSink
 
     conf = client_config(settings.kafka)
@@ -196,4 +199,47 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
                          out.alerts_topic, out.commit_topic])
     spark = spark or spark_session(settings, master)
     sink = KafkaSink(conf, out, settings.stream.query_name)
-    return start(spark, settings, sink.write_batch, trigger=trigger)
+    deliverer = Deliverer(settings.delivery) if settings.delivery.webhooks else None
+    metrics = Metrics(settings.metrics) if settings.metrics.enabled else None
+    if metrics is not None:
+        metrics.serve()
+        watch_progress(spark, settings.stream.query_name, metrics.observe_progress)
+
+    def write(batch_id: int, rows: list) -> None:
+        sink.write_batch(batch_id, rows)  # Kafka first: the alert topic is the record
+        if deliverer is not None:  # bounded by delivery.batch_budget_s
+            deliverer.deliver(alerts_in(rows))
+        if metrics is not None:
+            metrics.observe_rows(rows)
+            if deliverer is not None:
+                metrics.observe_delivery(deliverer.counts, deliverer.pending)
+
+    return start(spark, settings, write, trigger=trigger)
+
+
+def watch_progress(spark, query_name: str, on_progress: Callable[[dict], None]) -> None:
+    """Call `on_progress(progress as a dict)` after each micro-batch of the query."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Listener(StreamingQueryListener):
+        def onQueryStarted(self, event):  # noqa: N802 - Spark's names
+            pass
+
+        def onQueryProgress(self, event):  # noqa: N802
+            if event.progress.name == query_name:
+                on_progress(json.loads(event.progress.json))
+
+        def onQueryIdle(self, event):  # noqa: N802
+            pass
+
+        def onQueryTerminated(self, event):  # noqa: N802
+            pass
+
+    spark.streams.addListener(Listener())
+
+
+def alerts_in(rows: list) -> list:
+    from isr.contract.decisions import Alert
+
+    return [Alert.model_validate_json(value) for kind, _k, _i, _t, value in rows
+            if kind == "alert"]

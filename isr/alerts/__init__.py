@@ -1,0 +1,2 @@
+"""Alerts (alerts.md): rule conditions, per-partition watches, the event-time
+lifecycle, and their delivery."""

@@ -1,0 +1,162 @@
+"""Alert delivery to webhooks (alerts.md, "Delivery").
+
+Each alert status change goes to every configured receiver: a generic JSON
+webhook (optionally HMAC-SHA256 signed, a bearer token from the environment,
+custom headers), Alertmanager's v2 API, or a chat-style incoming webhook
+(Slack's format). Delivery retries with exponential backoff and jitter
+(tenacity) inside a time budget per call, so a dead receiver never holds the
+stream for longer than `delivery.batch_budget_s`. Whatever is not delivered
+in time is kept in an outbox file, counted, and sent first next time, in
+order per receiver. A ledger of delivered (receiver, alert id) pairs makes a
+restart, or a replayed micro-batch, skip what already went out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Optional
+
+import httpx
+from tenacity import (RetryError, Retrying, retry_if_exception_type, stop_after_delay,
+                      wait_exponential_jitter)
+
+from isr.config import DeliverySettings, Receiver
+from isr.contract.decisions import Alert
+
+SIGNATURE_HEADER = "X-ISR-Signature"
+
+
+class DeliveryFailed(Exception):
+    """A receiver answered with a status that a retry may fix (5xx, 429)."""
+
+
+def signature(key: bytes, body: bytes) -> str:
+    return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def _secret(env: Optional[str]) -> Optional[str]:
+    return os.environ.get(env) if env else None
+
+
+def payload(receiver: Receiver, alert: Alert, generator_url: str) -> object:
+    """The body for one alert in the receiver's format."""
+    if receiver.kind == "alertmanager":
+        item = {"labels": alert.labels, "annotations": alert.annotations,
+                "startsAt": alert.startsAt, "generatorURL": generator_url}
+        if alert.endsAt is not None:
+            item["endsAt"] = alert.endsAt
+        return [item]
+    if receiver.kind == "slack":
+        icon = ":red_circle:" if alert.status == "firing" else ":large_green_circle:"
+        labels = alert.labels
+        return {"text": f"{icon} *{alert.status.upper()}* {labels['alertname']} "
+                        f"({labels['severity']}) {labels['topic']}-{labels['partition']} "
+                        f"[{labels['policy']}]: {alert.annotations['description']} "
+                        f"(since {alert.startsAt})"}
+    return json.loads(alert.model_dump_json())
+
+
+class Deliverer:
+    def __init__(self, settings: DeliverySettings, client: Optional[httpx.Client] = None
+                 ) -> None:
+        self.settings = settings
+        self.client = client or httpx.Client(timeout=settings.request_timeout_s)
+        self.counts: Counter = Counter()  # (receiver, outcome) -> n
+        state = Path(settings.state_dir)
+        state.mkdir(parents=True, exist_ok=True)
+        self.ledger_path = state / "delivered.txt"
+        self.outbox_path = state / "outbox.jsonl"
+        self.delivered = set(self._read_lines(self.ledger_path))
+        self.outbox: list[tuple[str, Alert]] = [
+            (line.split(" ", 1)[0], Alert.model_validate_json(line.split(" ", 1)[1]))
+            for line in self._read_lines(self.outbox_path)]
+
+    @staticmethod
+    def _read_lines(path: Path) -> list[str]:
+        return path.read_text().splitlines() if path.exists() else []
+
+    # ------------------------------------------------------------ api
+    def deliver(self, alerts: Iterable[Alert]) -> None:
+        """Send the outbox, then these alerts, to every receiver, within the
+        batch budget; keep what could not be sent."""
+        receivers = [r for r in self.settings.webhooks if r.enabled]
+        queue = list(self.outbox) + [(r.name, a) for a in alerts for r in receivers]
+        deadline = time.monotonic() + self.settings.batch_budget_s
+        by_name = {r.name: r for r in receivers}
+        kept: list[tuple[str, Alert]] = []
+        blocked: set[str] = set()  # receivers that failed this call: keep their order
+        for name, alert in queue:
+            key = f"{name}/{alert.id}"
+            receiver = by_name.get(name)
+            if key in self.delivered or receiver is None:
+                continue
+            if name in blocked or time.monotonic() >= deadline:
+                kept.append((name, alert))
+                continue
+            if self._send(receiver, alert, deadline):
+                self._record_delivered(key)
+                self.counts[(name, "delivered")] += 1
+            else:
+                blocked.add(name)
+                kept.append((name, alert))
+        for name, _alert in kept:
+            self.counts[(name, "kept")] += 1
+        self._save_outbox(kept)
+
+    @property
+    def pending(self) -> int:
+        return len(self.outbox)
+
+    # ------------------------------------------------------------ internals
+    def _send(self, receiver: Receiver, alert: Alert, deadline: float) -> bool:
+        body = json.dumps(payload(receiver, alert, self.settings.generator_url),
+                          separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json", **receiver.headers}
+        token = _secret(receiver.token_env)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        key = _secret(receiver.hmac_key_env)
+        if key:
+            headers[SIGNATURE_HEADER] = signature(key.encode(), body)
+        budget = max(0.0, deadline - time.monotonic())
+        retrying = Retrying(
+            stop=stop_after_delay(budget),
+            wait=wait_exponential_jitter(multiplier=self.settings.backoff_initial_s,
+                                         max=self.settings.backoff_max_s),
+            retry=retry_if_exception_type((httpx.TransportError, DeliveryFailed)),
+            reraise=False)
+        try:
+            for attempt in retrying:
+                with attempt:
+                    self._post(receiver, body, headers)
+            return True
+        except RetryError:
+            self.counts[(receiver.name, "failed")] += 1
+            return False
+        except httpx.HTTPStatusError:  # 4xx other than 429: retrying will not help
+            self.counts[(receiver.name, "rejected")] += 1
+            return False
+
+    def _post(self, receiver: Receiver, body: bytes, headers: dict) -> None:
+        response = self.client.post(receiver.url, content=body, headers=headers)
+        if response.status_code == 429 or response.status_code >= 500:
+            self.counts[(receiver.name, "retried")] += 1
+            raise DeliveryFailed(f"{receiver.name}: HTTP {response.status_code}")
+        response.raise_for_status()
+
+    def _record_delivered(self, key: str) -> None:
+        self.delivered.add(key)
+        with open(self.ledger_path, "a") as f:
+            f.write(key + "\n")
+
+    def _save_outbox(self, kept: list[tuple[str, Alert]]) -> None:
+        self.outbox = kept
+        tmp = self.outbox_path.with_suffix(".tmp")
+        tmp.write_text("".join(f"{name} {a.model_dump_json()}\n" for name, a in kept))
+        os.replace(tmp, self.outbox_path)  # atomic: never a half-written outbox

@@ -1,0 +1,160 @@
+"""Alert rules of alerts.md: each fires and resolves at the event times its
+definition implies; the lifecycle survives a restart from a snapshot."""
+
+from __future__ import annotations
+
+from helpers import T0, append, event, fetch, fetch_start, leader, run
+
+from isr.config import AlertSettings, MonitorSettings
+from isr.contract.decisions import Alert
+from isr.engine.local import LocalEngine
+
+
+def transitions(result, name: str, replica=None) -> list[tuple]:
+    """(t rel. T0, status, startsAt rel. T0) of one alert, in output order."""
+    out = []
+    for d in result.engine.sorted_decisions():
+        if isinstance(d, Alert) and d.labels["alertname"] == name and (
+                replica is None or d.labels.get("replica") == str(replica)):
+            started = int(d.id.split("/")[1]) - T0
+            out.append((d.ts - T0, d.status, started))
+    return out
+
+
+def outage(end_ms: int = 100_000) -> list:
+    """RF 3, min ISR 2, a produce every second (+10). Follower 3 stops after
+    its fetch at 10.5 s, follower 2 after 20.5 s; 2 is back from 80.5 s, 3
+    from 90.5 s. Under `kafka` (lag 30 s, checks every 15 s): 3 is removed at
+    45 s, 2 at 60 s; 2 rejoins at 80.5 s, 3 at 90.5 s."""
+    events = [leader(0, min_insync_replicas=2)]
+    leo = 0
+    for k in range(1, end_ms // 1000 + 1):
+        t = k * 1000
+        leo += 10
+        events.append(append(t, leo))
+        for r, stop, back in ((2, 20_500, 80_500), (3, 10_500, 90_500)):
+            if t + 500 <= stop or t + 500 >= back:
+                events.append(fetch(t + 500, r, leo, leo))
+    return events
+
+
+def test_isr_size_alerts_follow_the_shrinks_and_expands_exactly():
+    r = run(outage())
+    # The HW: follower 2's LEO (200) after 45 s, frozen with the leader alone
+    # under min ISR, then recomputed on each expansion.
+    assert r.summary() == [(45000, "shrink", [3], [1, 2], 200), (60000, "shrink", [2], [1], 200),
+                           (80500, "expand", [2], [1, 2], 800),
+                           (90500, "expand", [3], [1, 2, 3], 900)]
+    # At min ISR while [1, 2] (45-60 s) and again while [1, 2] (80.5-90.5 s).
+    assert transitions(r, "AtMinIsr") == [(45000, "firing", 45000), (60000, "resolved", 45000),
+                                         (80500, "firing", 80500), (90500, "resolved", 80500)]
+    assert transitions(r, "UnderMinIsr") == [(60000, "firing", 60000),
+                                            (80500, "resolved", 60000)]
+    assert transitions(r, "LeaderOnlyIsr") == [(60000, "firing", 60000),
+                                              (80500, "resolved", 60000)]
+    # UnderReplicated needs 30 s (`for`): under-replicated from 45 s, fires at 75 s.
+    assert transitions(r, "UnderReplicated") == [(75000, "firing", 75000),
+                                                (90500, "resolved", 75000)]
+
+
+def test_follower_lagging_fires_at_half_the_lag_limit_exactly():
+    r = run(outage())
+    # Follower 3 last caught up at 10.5 s: lag > 15000 ms first at 25.501 s;
+    # it stops being an ISR follower when removed at 45 s.
+    assert transitions(r, "FollowerLagging", 3) == [(25501, "firing", 25501),
+                                                   (45000, "resolved", 25501)]
+    assert transitions(r, "FollowerLagging", 2) == [(35501, "firing", 35501),
+                                                   (60000, "resolved", 35501)]
+
+
+def test_hw_stall_starts_when_the_leo_passes_a_hw_that_no_longer_moves():
+    r = run(outage())
+    # Follower 3's LEO holds the HW at 110 from 11 s: stalled > 10 s at 21.001 s.
+    # The shrink at 45 s moves the HW to follower 2's LEO (200): stalled again
+    # from 45 s, fires at 55.001 s; with the leader alone under min ISR the HW
+    # is frozen (KIP-966 era rule) until follower 2 rejoins at 80.5 s.
+    assert transitions(r, "HighWatermarkStalled") == [
+        (21001, "firing", 21001), (45000, "resolved", 21001),
+        (55001, "firing", 55001), (80500, "resolved", 55001)]
+
+
+def test_flapping_counts_changes_in_a_sliding_window():
+    settings = AlertSettings(rules={"IsrFlapping": {"changes": 3, "window_ms": 60000}})
+    r = run(outage(160_000), alerts=settings)
+    # Changes at 45, 60, 80.5, 90.5 s: the third within 60 s arrives at 80.5 s;
+    # fewer than 3 remain once 60 s has left the window (120 s): 80.5, 90.5.
+    assert transitions(r, "IsrFlapping") == [(80500, "firing", 80500),
+                                            (120000, "resolved", 80500)]
+
+
+def test_slow_leader_fetch_from_a_pending_request_and_its_late_service():
+    events = [leader(0), append(1000, 10), fetch(1000, 2, 10, 10), fetch(1000, 3, 10, 10),
+              fetch_start(5000, 2, 10, 10),
+              fetch(7000, 2, 10, 10, received=5000),  # served in 2000 ms: still slow
+              fetch(8000, 2, 10, 10)]                 # served at once: resolved
+    r = run(events)
+    assert transitions(r, "SlowLeaderFetch") == [(5501, "firing", 5501),
+                                                (8000, "resolved", 5501)]
+
+
+def test_isr_divergence_after_its_grace_period():
+    events = [leader(0)] + [fetch(t, r, 0, 0) for t in range(1000, 50000, 1000) for r in (2, 3)]
+    events += [event("isr", 20000, isr=[1, 2]), event("isr", 35000, isr=[1, 2, 3])]
+    events.sort(key=lambda e: e.ts)
+    r = run(events)
+    assert transitions(r, "IsrDivergence") == [(30000, "firing", 30000),
+                                              (35000, "resolved", 30000)]
+
+
+def test_partition_silent_in_watermark_time_and_per_topic_override():
+    other = [fetch(t, 2, 0, 0, partition=1) for t in range(1000, 100_001, 1000)]
+    events = [leader(0), leader(0, partition=1), fetch(10000, 2, 0, 0)] + other
+    events += [fetch(90000, 2, 0, 0)]
+    events.sort(key=lambda e: e.ts)
+    r = run(events)
+    assert transitions(r, "PartitionSilent") == [(70001, "firing", 70001),
+                                                (90000, "resolved", 70001)]
+    quiet = AlertSettings(topics={"orders": {"PartitionSilent": {"enabled": False}}})
+    assert transitions(run(events, alerts=quiet), "PartitionSilent") == []
+
+
+def test_repeat_interval_resends_a_firing_alert():
+    r = run(outage(), alerts=AlertSettings(repeat_interval_ms=15000))
+    under = [(t, s, start) for t, s, start in transitions(r, "UnderMinIsr")]
+    assert under == [(60000, "firing", 60000), (75000, "firing", 60000),
+                     (80500, "resolved", 60000)]
+    repeats = [d for d in r.engine.decisions if isinstance(d, Alert) and d.is_repeat]
+    assert {d.labels["alertname"] for d in repeats} >= {"UnderMinIsr", "LeaderOnlyIsr"}
+
+
+def test_a_restart_from_a_snapshot_neither_refires_nor_loses_a_resolve():
+    events = outage()
+    whole = run(events)
+    expected = [d for d in whole.engine.sorted_decisions() if isinstance(d, Alert)]
+    for cut in (47_000, 62_000, 78_000):  # AtMinIsr firing / UnderReplicated pending / both
+        monitor = MonitorSettings(policy=["kafka"])
+        first = LocalEngine(monitor)
+        for seq, ev in enumerate(e for e in events if e.ts < cut):
+            first.submit(ev, seq)
+        before = first.take_decisions()
+        second = LocalEngine.restore(monitor, first.snapshot())
+        for seq, ev in enumerate(e for e in events if e.ts >= cut):
+            second.submit(ev, 10_000 + seq)
+        second.finish()
+        got = sorted([d for d in before + second.decisions if isinstance(d, Alert)],
+                     key=lambda d: (d.ts, d.id))
+        assert [d.id for d in got] == [d.id for d in sorted(expected, key=lambda d: (d.ts, d.id))]
+
+
+def test_alert_records_are_alertmanager_shaped():
+    r = run(outage())
+    a = next(d for d in r.engine.decisions if isinstance(d, Alert)
+             and d.labels["alertname"] == "UnderMinIsr" and d.status == "resolved")
+    assert a.labels == {"alertname": "UnderMinIsr", "severity": "critical", "cluster": "default",
+                        "topic": "orders", "partition": "0", "policy": "kafka"}
+    assert a.startsAt == "2027-01-15T08:01:00.000Z" and a.endsAt == "2027-01-15T08:01:20.500Z"
+    assert len(a.fingerprint) == 16 and a.annotations["summary"].startswith("ISR below")
+    firing = next(d for d in r.engine.decisions if isinstance(d, Alert)
+                  and d.labels["alertname"] == "UnderMinIsr" and d.status == "firing")
+    assert firing.fingerprint == a.fingerprint and firing.endsAt is None
+    assert "below min.insync.replicas 2" in firing.annotations["description"]
