@@ -35,6 +35,11 @@ SUMMARIES = {
 }
 
 
+# Conditions a fetch (without an ISR change) cannot end.
+FETCH_STABLE = frozenset({"UnderMinIsr", "AtMinIsr", "LeaderOnlyIsr", "UnderReplicated",
+                          "IsrFlapping", "IsrDivergence"})
+
+
 def iso(ms: int) -> str:
     """Alertmanager's time format (RFC 3339, UTC, milliseconds)."""
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime(
@@ -77,12 +82,16 @@ class AlertEvaluator:
             served = ts - event.fetch_ts
             w.served_ms[event.replica] = served
             w.pending.pop(event.replica, None)
-            # A fetch only lowers lags and moves the HW forward: with no alert
-            # active and nothing due, no condition can start holding now.
-            if (not w.alerts and (w.due is None or w.due > ts)
-                    and served <= self.params(w.topic).slow_ms):
-                w.t = ts
-                return
+            # A fetch without an ISR change (those come through on_change) only
+            # lowers a lag, moves the HW forward or ends a silence: unless an
+            # alert that could resolve that way is active, or something is due,
+            # or the fetch was slow, no condition can change now.
+            if (served <= self.params(w.topic).slow_ms
+                    and all(name in FETCH_STABLE for name, _r in w.alerts)):
+                due = self._next_due(w)
+                if due is None or due > ts:
+                    w.t = ts
+                    return
         elif kind == "fetch_start":
             w.pending.setdefault(event.replica, ts)
         elif kind == "leader":
