@@ -256,3 +256,17 @@ def test_flaps_count_expands_soon_after_a_removal():
     assert rows["kafka"].flaps == rows["kafka"].expands == 12
     assert rows["legacy"].flaps == 8
     assert whatif.differing_partitions() == [("default", "payments", 2)]
+
+
+def test_bursty_workload_appends_bursts_inside_their_window():
+    sc = load_scenario("follower-gc-pause-short", 30000)
+    topic = sc.topics[0].model_copy(update={"workload": sc.topics[0].workload.model_copy(
+        update={"kind": "bursty", "burst_every_ms": 10000, "burst_ms": 2000,
+                "burst_messages": 500})})
+    events = simulate(sc.model_copy(update={"topics": [topic], "faults": []}))
+    appends = [e for e in events if e["type"] == "append"]
+    steps = [(b["ts"] - sc.start_ts, b["leader_leo"] - a["leader_leo"])
+             for a, b in zip(appends, appends[1:])]
+    # 500 messages per produce in the last 2 s of every 10 s, 10 otherwise.
+    assert {n for t, n in steps if t % 10000 >= 8000} == {500}
+    assert {n for t, n in steps if t % 10000 < 8000} == {10}

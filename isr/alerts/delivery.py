@@ -30,6 +30,9 @@ from isr.config import DeliverySettings, Receiver
 from isr.contract.decisions import Alert
 
 SIGNATURE_HEADER = "X-ISR-Signature"
+# Delivered ids remembered across restarts. A re-run batch repeats only the
+# latest ids, so the ledger is cut back to this many when it doubles.
+LEDGER_KEEP = 100_000
 
 
 class DeliveryFailed(Exception):
@@ -72,7 +75,11 @@ class Deliverer:
         state.mkdir(parents=True, exist_ok=True)
         self.ledger_path = state / "delivered.txt"
         self.outbox_path = state / "outbox.jsonl"
-        self.delivered = set(self._read_lines(self.ledger_path))
+        ledger = self._read_lines(self.ledger_path)
+        if len(ledger) > 2 * LEDGER_KEEP:  # keep the file bounded; old ids never recur
+            ledger = ledger[-LEDGER_KEEP:]
+            self.ledger_path.write_text("".join(k + "\n" for k in ledger))
+        self.delivered = set(ledger)
         self.outbox: list[tuple[str, Alert]] = [
             (line.split(" ", 1)[0], Alert.model_validate_json(line.split(" ", 1)[1]))
             for line in self._read_lines(self.outbox_path)]

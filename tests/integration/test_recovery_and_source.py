@@ -42,6 +42,7 @@ max_offsets_per_trigger = {limit}
 changes_topic = "{name}.changes"
 state_topic = "{name}.state"
 dead_letter_topic = "{name}.dead"
+alerts_topic = "{name}.alerts"
 commit_topic = "{name}.commits"
 [stream]
 checkpoint_location = "{tmp_path / name / 'checkpoint'}"
@@ -95,11 +96,14 @@ def test_kill_9_mid_stream_then_restart_gives_exactly_the_uninterrupted_output(b
     proc = _run(config)  # restart from the checkpoint
     assert proc.wait(timeout=600) == 0, proc.stderr.read().decode()[-3000:]
 
-    for kind in ("changes", "dead", "state"):
+    # Alerts included: the restarted job neither re-fires nor loses a resolve.
+    for kind in ("changes", "dead", "state", "alerts"):
         expected = [(m.key(), m.value()) for m in _messages(broker, f"{ref}.{kind}")]
         got = [(m.key(), m.value()) for m in _messages(broker, f"{name}.{kind}")]
         assert Counter(got) == Counter(expected), kind  # none lost, none duplicated
     assert len(_messages(broker, f"{ref}.changes")) >= 4
+    statuses = Counter(json.loads(m.value())["status"] for m in _messages(broker, f"{ref}.alerts"))
+    assert statuses["firing"] >= 2 and statuses["resolved"] >= 1
     assert _committed_batches(broker, name) > killed_after
 
 
