@@ -56,7 +56,8 @@ def bench_stateful(args) -> None:
             f.write(orjson.dumps(ev) + b"\n")
     settings = load_settings(None, [f"stream.state_buckets={args.buckets}",
                                     f"stream.state_store={args.state_store}",
-                                    "monitor.allowed_lateness_ms=5000"])
+                                    "monitor.allowed_lateness_ms=5000",
+                                    f"monitor.alerts.enabled={str(not args.no_alerts).lower()}"])
     spark = spark_session(settings, "local[2]", "isr-bench")
     spark.dataSource.register(LinesDataSource)
     df = (spark.readStream.format("isr_lines").option("paths", json.dumps([path]))
@@ -76,7 +77,8 @@ def bench_stateful(args) -> None:
                   [{k: o.get(k) for k in ("allUpdatesTimeMs", "commitTimeMs", "numRowsTotal",
                                            "stateMemory", "customMetrics")}
                    for o in p["stateOperators"]])
-    print(f"stateful: {args.events} events, {args.partitions} partitions, {args.buckets} "
+    print(f"stateful{' (alerts off)' if args.no_alerts else ''}: {args.events} events, "
+          f"{args.partitions} partitions, {args.buckets} "
           f"buckets, {batches} batches of <= {args.batch}: {rate:,.0f} events/s in warm "
           f"batches; {args.events / wall:,.0f} events/s over {wall:.1f} s incl. start-up; "
           f"{counts['rows']} output rows")
@@ -219,6 +221,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--lateness", type=int, default=200)
     ap.add_argument("--state-store", default="rocksdb", choices=["rocksdb", "hdfs"])
+    ap.add_argument("--no-alerts", action="store_true", help="monitor.alerts.enabled = false")
     args = ap.parse_args()
     {"stateful": bench_stateful, "e2e": bench_e2e, "latency": bench_latency}[args.mode](args)
 
