@@ -77,7 +77,7 @@ def simulate(scenario_name: str, to: str, rate: Optional[float], duration_s: Opt
     if to_kafka:
         scenario = starting_now(scenario)
     events = Simulator(scenario, sim_duration).events()
-    with _progress(console, scenario, budget_s, rate, show_progress) as on_progress:
+    with _Progress(console, scenario, budget_s, rate, show_progress) as on_progress:
         if not to_kafka:
             sent = write_file(events, to, on_progress)
         else:
@@ -101,7 +101,7 @@ def _to_kafka(events, topic: str, rate: Optional[float], budget_s: float, partit
     return produce(paced, p, topic, on_progress, rate)
 
 
-class _progress:
+class _Progress:
     """A rich progress line on stderr (simulated time for files, wall time
     when producing), or nothing when stderr is not a terminal."""
 
