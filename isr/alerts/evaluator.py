@@ -1,7 +1,7 @@
 """Alert lifecycle in event time (alerts.md).
 
 The engine calls the evaluator around every change of a partition's model:
-before an event (time passes up to it), after each ISR change (at the
+before an event (`advance`: time passes up to it), after each ISR change (at the
 change's ts, with the change's ISR and HW) and after the event. Between those
 calls nothing changes but time, so the evaluator steps exactly to each
 instant where a condition, a `for` duration or a repeat interval can change
@@ -65,9 +65,6 @@ class AlertEvaluator:
         return params
 
     # ------------------------------------------------------------ entry points
-    def before_event(self, w: Watch, model: PartitionView, ts: int, out: list) -> None:
-        self.advance(w, model, ts, False, out)
-
     def on_change(self, w: Watch, model: PartitionView, d: IsrChange, out: list) -> None:
         self.advance(w, AtChange(model, d.isr_before, w.hw_seen), d.ts, False, out)
         w.changes.append(d.ts)

@@ -213,24 +213,17 @@ class LocalEngine:
                        out: list):
         """model.apply with the partition's alerts evaluated around it: checks
         before the event, time up to it, the event's own ISR changes, the event."""
-        w = self.watches[policy].get(model.key) or self._watch(policy, model)
-        alerting, ts = self.alerting, event.ts
-        if ts > model.next_check:
-            start = len(out)
-            model.advance(ts, False, brokers, out)
-            if len(out) > start:
-                self._watch_changes(w, model, out, start)
-        if w.alerts or (w.due is not None and w.due < ts):
-            alerting.before_event(w, model, ts, out)
+        w = self._watch(policy, model)
+        self._advance_model(policy, model, event.ts, False, brokers, out, w)
         start = len(out)
         result = model.apply(event, brokers, out)
         if len(out) > start:
             self._watch_changes(w, model, out, start)
         if result is None:
-            alerting.after_event(w, model, event, out)
+            self.alerting.after_event(w, model, event, out)
         else:  # ignored or rejected: the feed is alive, nothing else changed
             w.last_event_ts = event.ts
-            alerting.advance(w, model, event.ts, True, out)
+            self.alerting.advance(w, model, event.ts, True, out)
         return result
 
     def _watch(self, policy: str, model: PartitionModel) -> Watch:
@@ -245,15 +238,16 @@ class LocalEngine:
             self.alerting.on_change(w, model, d, out)
 
     def _advance_model(self, policy: str, m: PartitionModel, until: int, inclusive: bool,
-                       brokers: Brokers, out: list) -> None:
+                       brokers: Brokers, out: list, w: Optional[Watch] = None) -> None:
         """Checks (and alert time) of one partition up to `until`."""
         if self.alerting is None:
             m.advance(until, inclusive, brokers, out)
             return
-        w = self._watch(policy, m)
+        w = w or self._watch(policy, m)
         start = len(out)
         m.advance(until, inclusive, brokers, out)
-        self._watch_changes(w, m, out, start)
+        if len(out) > start:
+            self._watch_changes(w, m, out, start)
         self.alerting.advance(w, m, until, inclusive, out)
 
     def _on_broker(self, event) -> None:
