@@ -100,6 +100,7 @@ def bench_e2e(args) -> None:
     from confluent_kafka import Producer
 
     from isr.kafka.embedded import EmbeddedBroker
+    from isr.sim.output import produce
     from isr.stream.job import run_to_kafka, spark_session
 
     with EmbeddedBroker() as broker:
@@ -107,16 +108,7 @@ def bench_e2e(args) -> None:
         p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
                       "batch.num.messages": 10000, "log_level": 0})
         t = time.perf_counter()
-        for ev in stream(args.partitions, args.events):
-            while True:
-                try:
-                    p.produce("isr.fetch-events", key=f"{ev['topic']}/{ev['partition']}",
-                              value=orjson.dumps(ev))
-                    break
-                except BufferError:
-                    p.poll(0.05)
-            p.poll(0)
-        p.flush()
+        produce(stream(args.partitions, args.events), p, "isr.fetch-events")
         print(f"produced {args.events} events in {time.perf_counter() - t:.1f} s")
         work = tempfile.mkdtemp(prefix="isr-bench-")
         settings = load_settings(None, [

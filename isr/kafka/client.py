@@ -45,6 +45,16 @@ def producer(conf: dict[str, str], **extra) -> Producer:
                      "log_level": 2, **extra})
 
 
+def send(p: Producer, topic: str, value, key=None, **kw) -> None:
+    """Producer.produce, waiting while the local queue is full instead of failing."""
+    while True:
+        try:
+            p.produce(topic, value=value, key=key, **kw)
+            return
+        except BufferError:  # let queued messages go out (and their callbacks run)
+            p.poll(0.05)
+
+
 def admin(conf: dict[str, str]) -> AdminClient:
     return AdminClient({**conf, "log_level": 2})
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from typing import Callable, Iterator, Optional
-
-import orjson
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -14,7 +13,7 @@ from rich.table import Table
 
 from isr.config import ConfigError, Settings
 from isr.sim.cluster import Simulator
-from isr.sim.output import Sent, at_rate, in_real_time, message_key, produce, write_file
+from isr.sim.output import Sent, at_rate, in_real_time, produce, write_file
 from isr.sim.scenario import Scenario, load_scenario, scenario_names
 
 KAFKA_PREFIX = "kafka://"
@@ -32,19 +31,8 @@ def live_events(scenario: Scenario) -> Iterator[dict]:
 
 def feed_live(scenario: Scenario, producer, topic: str, stop: Callable[[], bool]) -> int:
     """Produce the scenario in real time until `stop()`; returns events sent."""
-    sent = 0
-    for ev in live_events(scenario):
-        if stop():
-            break
-        while True:
-            try:
-                producer.produce(topic, key=message_key(ev), value=orjson.dumps(ev))
-                break
-            except BufferError:  # local queue full: let it drain
-                producer.poll(0.05)
-        producer.poll(0)
-        sent += 1
-    return sent
+    events = itertools.takewhile(lambda _ev: not stop(), live_events(scenario))
+    return produce(events, producer, topic).events
 
 
 def list_scenarios(console: Console) -> None:

@@ -15,6 +15,8 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import orjson
 
+from isr.kafka.client import send
+
 CHECK_EVERY = 256  # events between clock readings in the paced loops
 
 
@@ -91,13 +93,7 @@ def produce(events: Iterable[dict], producer, topic: str,
     count = 0
     try:
         for count, ev in enumerate(events, 1):
-            value = orjson.dumps(ev)
-            while True:
-                try:
-                    producer.produce(topic, key=message_key(ev), value=value)
-                    break
-                except BufferError:  # the local queue is full: let it drain
-                    producer.poll(0.05)
+            send(producer, topic, orjson.dumps(ev), message_key(ev))
             if count % 1024 == 0:
                 producer.poll(0)
                 if on_progress is not None:

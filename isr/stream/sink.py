@@ -19,7 +19,7 @@ from typing import Iterable, Optional
 from confluent_kafka import KafkaError, TopicPartition
 
 from isr.config import OutputSettings
-from isr.kafka.client import consumer, producer, topic_partitions
+from isr.kafka.client import consumer, producer, send, topic_partitions
 
 H_QUERY, H_BATCH, H_ID = "isr.query", "isr.batch", "isr.id"
 
@@ -138,13 +138,7 @@ class KafkaSink:
         return produced
 
     def _produce(self, topic, key, value, headers, callback) -> None:
-        while True:
-            try:
-                self._producer.produce(topic, key=key, value=value, headers=headers,
-                                       on_delivery=callback)
-                return
-            except BufferError:
-                self._producer.poll(0.1)  # local queue full: let deliveries drain
+        send(self._producer, topic, value, key, headers=headers, on_delivery=callback)
 
     def _flush(self, errors: list[str]) -> None:
         remaining = self._producer.flush(60)
