@@ -173,7 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "jobs/isr_monitor.py runs under spark-submit): read fetch-state "
                                    "events from [input] topics, keep every partition's leader "
                                    "model in Spark's state store, write isr_change, "
-                                   "partition_state and dead letters to [output] topics.")
+                                   "partition_state, alerts and dead letters to [output] "
+                                   "topics, send alerts to the [delivery] webhooks and serve "
+                                   "Prometheus metrics ([metrics]).")
     p.add_argument("--master", help="Spark master (default: stream.master, local[2])")
     p.add_argument("--available-now", action="store_true",
                    help="process what is in the topics now, then stop (Trigger.AvailableNow)")

@@ -80,9 +80,9 @@ class Deliverer:
             ledger = ledger[-LEDGER_KEEP:]
             self.ledger_path.write_text("".join(k + "\n" for k in ledger))
         self.delivered = set(ledger)
+        lines = (line.partition(" ") for line in self._read_lines(self.outbox_path))
         self.outbox: list[tuple[str, Alert]] = [
-            (line.split(" ", 1)[0], Alert.model_validate_json(line.split(" ", 1)[1]))
-            for line in self._read_lines(self.outbox_path)]
+            (name, Alert.model_validate_json(body)) for name, _, body in lines]
 
     @staticmethod
     def _read_lines(path: Path) -> list[str]:
@@ -114,7 +114,8 @@ class Deliverer:
                 kept.append((name, alert))
         for name, _alert in kept:
             self.counts[(name, "kept")] += 1
-        self._save_outbox(kept)
+        if kept != self.outbox:  # most batches deliver everything: no file write then
+            self._save_outbox(kept)
 
     @property
     def pending(self) -> int:

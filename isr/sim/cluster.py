@@ -56,7 +56,7 @@ class _Follower:
 
 class _Partition:
     __slots__ = ("topic", "partition", "replicas", "leader", "epoch", "leo", "hw", "followers",
-                 "waiting", "spec", "burst_phase")
+                 "waiting", "spec")
 
     def __init__(self, topic: Topic, partition: int, replicas: list[int], now: int) -> None:
         self.topic, self.partition, self.spec = topic.name, partition, topic
@@ -66,7 +66,6 @@ class _Partition:
         self.leo = self.hw = 0
         self.followers = {r: _Follower(r, 0, 0, now) for r in replicas[1:]}
         self.waiting: list[_Follower] = []
-        self.burst_phase = 0
 
 
 def assignment(brokers: list[int], topic_index: int, partition: int, rf: int) -> list[int]:
