@@ -7,10 +7,9 @@ dead-letter records; a summary goes to stderr.
 
 from __future__ import annotations
 
-import gc
 import sys
 from collections import Counter
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional
@@ -23,6 +22,7 @@ from rich.table import Table
 from isr.config import MonitorSettings
 from isr.contract import DeadLetter, Rejection, decode
 from isr.contract.decisions import Alert
+from isr.engine.gc_passes import fewer_gc_passes
 from isr.engine.local import LocalEngine, PolicySummary
 from isr.whatif import WhatIf
 
@@ -64,19 +64,6 @@ def _lines(sources: list[str], progress: Optional[Progress]) -> Iterator[tuple[s
                     yield name, number, raw
             if task is not None:
                 progress.update(task, completed=progress.tasks[task].total)
-
-
-@contextmanager
-def fewer_gc_passes():
-    """A replay allocates an object per event while holding many live ones;
-    with CPython's default thresholds the cyclic GC then costs ~25 % of the
-    run (docs/benchmarks.md). Collect less often while replaying."""
-    before = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 50)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
 
 
 def replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Progress] = None,

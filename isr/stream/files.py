@@ -22,9 +22,13 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from isr.stream.operator import END_OF_INPUT
-
-CHUNK_ROWS = 50_000
 from isr.stream.source import SCHEMA, record_batch
+
+# Each micro-batch's lines are read by this many tasks of equal size (a
+# multiple of the cores here: 5 uneven chunks on 2 cores left one idle), and
+# none smaller than MIN_CHUNK_ROWS.
+READ_TASKS = 4
+MIN_CHUNK_ROWS = 10_000
 
 
 def line_starts(path: str) -> list[tuple[int, int]]:
@@ -60,6 +64,11 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Global row index -> (file, line within file); +1 for the end row.
         self.total = sum(len(s) for s in self.starts) + 1
 
+    def __getstate__(self) -> dict:
+        # Spark pickles the reader into every read task, which needs only its
+        # LineRange: leave the (large) line index on the driver.
+        return {**self.__dict__, "starts": None}
+
     def initialOffset(self) -> dict:
         return {"row": 0}
 
@@ -77,11 +86,12 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[LineRange]:
         ranges, base = [], 0
         lo, hi = start["row"], end["row"]
+        chunk_rows = max(MIN_CHUNK_ROWS, -(-(hi - lo) // READ_TASKS))
         for path, label, starts in zip(self.paths, self.labels, self.starts):
             first, last = max(lo, base), min(hi, base + len(starts))
             # Chunks, so that several tasks read (and pre-process) in parallel.
-            for chunk in range(first, last, CHUNK_ROWS):
-                count = min(CHUNK_ROWS, last - chunk)
+            for chunk in range(first, last, chunk_rows):
+                count = min(chunk_rows, last - chunk)
                 byte, number = starts[chunk - base]
                 ranges.append(LineRange(path, label, chunk, number, count, byte, False, 0))
             base += len(starts)

@@ -23,7 +23,7 @@ from isr.stream.operator import (
     PACKED_SCHEMA,
     STATE_SCHEMA,
     make_state_function,
-    pack_by_bucket,
+    make_packer,
 )
 
 KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13"
@@ -137,7 +137,7 @@ def prepare(df, buckets: int, allowed_lateness_ms: int):
     )
     # Few, large rows into the stateful operator: its per-row cost is what
     # limited a one-row-per-event design (docs/benchmarks.md).
-    packed = out.mapInArrow(pack_by_bucket, PACKED_SCHEMA)
+    packed = out.mapInArrow(make_packer(buckets), PACKED_SCHEMA)
     with_time = packed.select("*", F.timestamp_millis("max_ts").alias("et"))
     return keep_late_rows(with_time.withWatermark("et", f"{allowed_lateness_ms} milliseconds"))
 

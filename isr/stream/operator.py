@@ -18,16 +18,19 @@ from typing import Iterable, Iterator, Optional
 from isr.config import MonitorSettings
 from isr.contract import Rejection, decode
 from isr.contract.decisions import Alert, DeadLetter, IsrChange, IsrPropagation, PartitionState
+from isr.engine.gc_passes import fewer_gc_passes
 from isr.engine.local import LocalEngine, late_reason
 from isr.engine.sequencer import Sequencer
 
 # Per event, after the pre-stage in job.py; packed per bucket into Arrow IPC
-# blobs (pack_by_bucket) so that the stateful operator gets few large rows.
+# blobs (make_packer) so that the stateful operator gets few large rows.
 EVENT_COLUMNS = ["ts", "seq", "key", "value", "topic", "partition", "offset", "broadcast",
                  "end_ts"]
 PACKED_SCHEMA = "bucket int, max_ts long, pack binary"
-# What the operator receives.
-INPUT_COLUMNS = ["bucket", "pack", "et"]
+# What the operator receives. `max_ts` is the largest ts of the whole input
+# batch the pack came from (not only of its bucket's events): every bucket gets
+# a row from every input batch, so each knows the micro-batch's largest ts.
+INPUT_COLUMNS = ["bucket", "pack", "max_ts", "et"]
 OUTPUT_SCHEMA = "kind string, key string, id string, ts long, value string"
 STATE_SCHEMA = "engine binary"
 # A value that is not an event but the end of a bounded input (replay).
@@ -100,10 +103,15 @@ class BucketProcessor:
         state = (bucket.engine.snapshot(), bucket.queue.pending, bucket.queue.external_watermark)
         return zlib.compress(pickle.dumps(state, protocol=5), 1)
 
-    def process(self, bucket_id: int, bucket: Bucket, columns: dict, watermark: int
-                ) -> list[tuple]:
-        """Apply one batch of rows (column lists) at Spark's `watermark`: the
-        watermark of the previous batch, which decides what is late now."""
+    def process(self, bucket_id: int, bucket: Bucket, columns: dict, watermark: int,
+                batch_max_ts: Optional[int] = None) -> list[tuple]:
+        """Apply one batch of rows (column lists). Rows older than Spark's
+        `watermark` (the previous batch's largest ts minus the allowed
+        lateness) are late. Then the watermark moves on to this batch's
+        largest ts (`batch_max_ts`, over all buckets) minus the lateness, the
+        value Spark will hand the next batch: any row that could still come
+        below it will be late, so what lies below is applied now, not one
+        batch later."""
         engine, queue = bucket.engine, bucket.queue
         queue.external_watermark = max(queue.external_watermark, watermark)
         dead: list[DeadLetter] = []
@@ -124,6 +132,9 @@ class BucketProcessor:
                 self._reject_now(value, origin, queue.watermark, dead)
             else:
                 queue.offer(ts, seq, value, origin)
+        if batch_max_ts is not None:
+            queue.external_watermark = max(queue.external_watermark,
+                                           batch_max_ts - self.monitor.allowed_lateness_ms)
         ready = queue.drain() if end_ts is not None else queue.release()
         for _ts, _seq, value, origin in ready:
             event = decode(value)
@@ -133,7 +144,7 @@ class BucketProcessor:
             outcome = engine.apply_next(event)
             if outcome.status == "rejected":
                 self._dead(dead, origin, value, outcome.reason, "model")
-        return self._emit(bucket_id, engine, watermark, end_ts, dead)
+        return self._emit(bucket_id, engine, queue.watermark, end_ts, dead)
 
     def _reject_now(self, value, origin, watermark: int, dead: list) -> None:
         """A row without a usable ts, or older than the watermark: invalid
@@ -173,34 +184,42 @@ class BucketProcessor:
         return out
 
 
-def pack_by_bucket(batches: Iterator) -> Iterator:
-    """mapInArrow: each input batch becomes one row per bucket holding that
-    bucket's events as an Arrow IPC stream (no per-event Python work)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+def make_packer(buckets: int):
+    """For mapInArrow: each input batch becomes one row per bucket holding
+    that bucket's events as an Arrow IPC stream (no per-event Python work).
+    Every bucket gets a row (empty pack if no event of the batch is its own)
+    carrying the batch's largest ts, so that each bucket learns the
+    micro-batch's largest ts and can release events one batch earlier."""
 
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        order = pc.sort_indices(batch.column("bucket"))
-        ordered = batch.take(order)
-        buckets = ordered.column("bucket")
-        runs = pc.run_end_encode(buckets)
-        start, out_bucket, out_max, out_pack = 0, [], [], []
-        for value, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
-            part = ordered.slice(start, end - start)
-            events = pa.RecordBatch.from_arrays([part.column(c) for c in EVENT_COLUMNS],
-                                                names=EVENT_COLUMNS)
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, events.schema) as writer:
-                writer.write_batch(events)
-            out_bucket.append(value)
-            out_max.append(pc.max(part.column("ts")).as_py())
-            out_pack.append(sink.getvalue().to_pybytes())
-            start = end
-        yield pa.RecordBatch.from_pydict(
-            {"bucket": pa.array(out_bucket, pa.int32()), "max_ts": pa.array(out_max, pa.int64()),
-             "pack": pa.array(out_pack, pa.binary())})
+    def pack_by_bucket(batches: Iterator) -> Iterator:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            batch_max = pc.max(batch.column("ts")).as_py()
+            order = pc.sort_indices(batch.column("bucket"))
+            ordered = batch.take(order)
+            runs = pc.run_end_encode(ordered.column("bucket"))
+            packs: dict[int, bytes] = {}
+            start = 0
+            for value, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
+                part = ordered.slice(start, end - start)
+                events = pa.RecordBatch.from_arrays([part.column(c) for c in EVENT_COLUMNS],
+                                                    names=EVENT_COLUMNS)
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, events.schema) as writer:
+                    writer.write_batch(events)
+                packs[value] = sink.getvalue().to_pybytes()
+                start = end
+            targets = range(buckets) if batch_max is not None else sorted(packs)
+            yield pa.RecordBatch.from_pydict(
+                {"bucket": pa.array(list(targets), pa.int32()),
+                 "max_ts": pa.array([batch_max] * len(targets), pa.int64()),
+                 "pack": pa.array([packs.get(b, b"") for b in targets], pa.binary())})
+
+    return pack_by_bucket
 
 
 def unpack(packs: Iterable[bytes], columns: dict[str, list]) -> None:
@@ -208,6 +227,8 @@ def unpack(packs: Iterable[bytes], columns: dict[str, list]) -> None:
     import pyarrow as pa
 
     for blob in packs:
+        if not blob:  # a bucket with no events in that input batch
+            continue
         for batch in pa.ipc.open_stream(blob):
             for c, values in columns.items():
                 values.extend(batch.column(c).to_pylist())
@@ -220,24 +241,33 @@ def make_state_function(monitor: MonitorSettings):
     def process_bucket(key, pdfs: Iterator, state) -> Iterator:
         import pandas as pd
 
-        processor = _processor(settings_json)
-        bucket = int(key[0])
-        bucket_state = processor.restore(state.get[0] if state.exists else None)
-        watermark = state.getCurrentWatermarkMs()
-        # All chunks of the batch at once: one partition_state per changed
-        # partition per batch, not per chunk.
-        columns: dict[str, list] = {c: [] for c in EVENT_COLUMNS}
-        for pdf in pdfs:
-            unpack(pdf["pack"].tolist(), columns)
-        rows = processor.process(bucket, bucket_state, columns, watermark)
-        state.update((processor.save(bucket_state),))
-        # Called again whenever the watermark moves, rows or not: that is
-        # what runs the checks of partitions that get no events.
-        state.setTimeoutTimestamp(max(watermark, 0) + 1)
+        with fewer_gc_passes():
+            rows = _call(_processor(settings_json), int(key[0]), pdfs, state)
         if rows:
             yield pd.DataFrame(rows, columns=["kind", "key", "id", "ts", "value"])
 
     return process_bucket
+
+
+def _call(processor: BucketProcessor, bucket: int, pdfs: Iterator, state) -> list[tuple]:
+    """Restore the bucket, apply the batch's rows, save it."""
+    bucket_state = processor.restore(state.get[0] if state.exists else None)
+    watermark = state.getCurrentWatermarkMs()
+    # All chunks of the batch at once: one partition_state per changed
+    # partition per batch, not per chunk.
+    columns: dict[str, list] = {c: [] for c in EVENT_COLUMNS}
+    batch_max_ts = None
+    for pdf in pdfs:
+        unpack(pdf["pack"].tolist(), columns)
+        top = pdf["max_ts"].max()
+        if top == top and (batch_max_ts is None or top > batch_max_ts):  # not NaN
+            batch_max_ts = int(top)
+    rows = processor.process(bucket, bucket_state, columns, watermark, batch_max_ts)
+    state.update((processor.save(bucket_state),))
+    # Called again once Spark's watermark passes the one reached here, rows
+    # or not: that is what runs the checks of partitions that get no events.
+    state.setTimeoutTimestamp(max(bucket_state.queue.watermark, watermark, 0) + 1)
+    return rows
 
 
 _PROCESSORS: dict[str, BucketProcessor] = {}
