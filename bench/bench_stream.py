@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -140,11 +140,20 @@ def latency_scenario(partitions: int):
                     "repeat_every_ms": 30000}]})
 
 
+def _feed(scenario, bootstrap: str, stop, sent) -> None:
+    """The latency benchmark's generator process: the scenario in real time."""
+    from confluent_kafka import Producer
+
+    from isr.sim.command import feed_live
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 0})
+    sent.value = feed_live(scenario, producer, "isr.fetch-events", stop.is_set)
+
+
 def bench_latency(args) -> None:
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Consumer
 
     from isr.kafka.embedded import EmbeddedBroker
-    from isr.sim.command import feed_live
     from isr.stream.job import run_to_kafka, spark_session
 
     with EmbeddedBroker() as broker:
@@ -162,15 +171,12 @@ def bench_latency(args) -> None:
         # A simulated cluster in real time: per partition, a produce every 50 ms
         # and two followers fetching after each: ~60 events/s per partition.
         scenario = latency_scenario(partitions=max(1, round(args.rate / 60)))
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
-                             "log_level": 0})
-        stop = threading.Event()
-        sent = {"n": 0}
-
-        def feed():
-            sent["n"] = feed_live(scenario, producer, "isr.fetch-events", stop.is_set)
-
-        gen = threading.Thread(target=feed, daemon=True)
+        # The generator runs in its own process: as a thread it shared the
+        # GIL with the driver's foreachBatch (collect, sink) and slowed both.
+        ctx = multiprocessing.get_context("spawn")
+        stop, sent = ctx.Event(), ctx.Value("q", 0)
+        gen = ctx.Process(target=_feed, args=(scenario, broker.bootstrap, stop, sent),
+                          daemon=True)
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench",
                              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
                              "log_level": 0})
@@ -187,8 +193,13 @@ def bench_latency(args) -> None:
                 latencies.append(time.time() * 1000 - d["ts"])
         stop.set()
         gen.join()
-        held = sent["n"] / (time.time() - t0)
+        held = sent.value / (time.time() - t0)
+        busy = [p["durationMs"]["triggerExecution"] for p in q.recentProgress
+                if p["numInputRows"] > 0][1:]
         q.stop()
+        if busy:
+            print(f"batches with input: {len(busy) + 1}, duration p50 "
+                  f"{statistics.median(busy):,.0f} ms, max {max(busy):,} ms")
         consumer.close()
         if latencies:
             latencies.sort()

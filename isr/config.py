@@ -207,6 +207,8 @@ class StreamSettings(_Section):
     # Spark's state store: "rocksdb" or "hdfs" (in-memory map + delta files).
     state_store: Literal["rocksdb", "hdfs"] = "rocksdb"
     query_name: str = "isr-monitor"
+    # Any Spark settings, applied to the session (spark-submit --conf also works).
+    spark_conf: dict[str, str] = {}
 
 
 class Receiver(_Section):

@@ -143,3 +143,13 @@ def test_decisions_do_not_depend_on_micro_batch_size(spark, workload_file, local
         d.model_dump_json() for d in local_result.decisions]
     assert [s.model_dump_json() for s in remote.states] == [
         s.model_dump_json() for s in local_result.states]
+
+
+def test_the_session_commits_rocksdb_changelogs_and_takes_spark_conf_from_settings(spark):
+    from isr.config import Settings
+
+    key = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+    assert spark.conf.get(key) == "true"  # the job's default: cheaper commits
+    settings = Settings.model_validate({"stream": {"spark_conf": {"spark.isr.test.marker": "on"}}})
+    session = job.spark_session(settings)  # the running session, given the settings
+    assert session is spark and spark.conf.get("spark.isr.test.marker") == "on"
