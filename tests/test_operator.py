@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 from helpers import T0, append, broker, fetch, leader
 
 from isr.config import MonitorSettings
-from isr.stream.operator import END_OF_INPUT, BucketProcessor
+from isr.stream.operator import END_OF_INPUT, BucketProcessor, event_schema
 
 
-def rows(events, first_seq: int = 0, broadcast=False, topic="in", partition=0):
-    """Column lists as the operator receives them from the packed stage."""
+def rows(events, first_seq: int = 0, broadcast=False, topic="in", partition=0, end_ts=None):
+    """An Arrow table as the operator receives it from the packed stage."""
     values = [e if isinstance(e, bytes) else e.model_dump_json().encode() for e in events]
     n = len(values)
     ts = [json.loads(v)["ts"] if v.startswith(b"{") else None for v in values]
-    return {"value": values, "ts": ts, "seq": list(range(first_seq, first_seq + n)),
-            "topic": [topic] * n, "partition": [partition] * n,
-            "offset": list(range(first_seq, first_seq + n)), "broadcast": [broadcast] * n,
-            "end_ts": [None] * n, "key": [None] * n}
+    return pa.table({"ts": ts, "seq": list(range(first_seq, first_seq + n)), "key": [None] * n,
+                     "value": values, "topic": [topic] * n, "partition": [partition] * n,
+                     "offset": list(range(first_seq, first_seq + n)),
+                     "broadcast": [broadcast] * n, "end_ts": [end_ts] * n},
+                    schema=event_schema())
 
 
 def kinds(out):
@@ -39,6 +41,24 @@ def test_events_wait_for_the_watermark_then_decide_across_a_state_round_trip():
     (change,) = [json.loads(r[4]) for r in out if r[0] == "isr_change"]
     assert (change["ts"] - T0, change["action"], change["replicas"]) == (45000, "shrink", [2])
     assert kinds(out).count("partition_state") == 1  # one per changed partition per batch
+
+
+def test_a_batch_applies_what_lies_below_its_own_watermark_and_keeps_only_the_rest():
+    """Spark hands a batch the previous batch's watermark; the batch's largest
+    ts (over all buckets) says what the next one will be. Events below it
+    are decided in this batch, not one batch later, and only the last
+    allowed_lateness_ms of events stays in the state."""
+    p = BucketProcessor(MONITOR)
+    bucket = p.restore(None)
+    events = [leader(0, replicas=[1, 2], isr=[1, 2]), append(10, 10), append(50000, 11),
+              append(59500, 12)]
+    out = p.process(0, bucket, rows(events), watermark=-1, batch_max_ts=T0 + 60000)
+    (change,) = [json.loads(r[4]) for r in out if r[0] == "isr_change"]
+    assert (change["ts"] - T0, change["action"]) == (45000, "shrink")
+    assert [ts - T0 for ts in bucket.pending["ts"].to_pylist()] == [59500]  # above 60000 - 1000
+    # The next batch judges lateness by that watermark, as Spark will.
+    out = p.process(0, bucket, rows([append(58000, 13)], first_seq=9), watermark=T0 + 59000)
+    assert [json.loads(r[4])["reason_class"] for r in out if r[0] == "dead_letter"] == ["late"]
 
 
 def test_late_and_invalid_rows_become_dead_letters_invalid_first():
@@ -84,12 +104,8 @@ def test_end_of_input_flushes_and_reports_every_partition_and_a_summary():
     p = BucketProcessor(MONITOR)
     bucket = p.restore(None)
     data = rows([leader(0, replicas=[1, 2], isr=[1, 2]), append(10, 10), fetch(20, 2, 10, 10)])
-    end = rows([END_OF_INPUT])
-    end["end_ts"] = [T0 + 100_000]
-    end["ts"] = [None]
-    for c in data:
-        data[c] += end[c]
-    out = p.process(0, bucket, data, watermark=0)
+    end = rows([END_OF_INPUT], first_seq=3, end_ts=T0 + 100_000)
+    out = p.process(0, bucket, pa.concat_tables([data, end]), watermark=0)
     assert kinds(out).count("partition_state") == 1 and "summary" in kinds(out)
     state = json.loads(next(r[4] for r in out if r[0] == "partition_state"))
     assert state["hw"] == 10 and state["isr"] == [1, 2]

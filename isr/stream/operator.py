@@ -20,7 +20,6 @@ from isr.contract import Rejection, decode
 from isr.contract.decisions import Alert, DeadLetter, IsrChange, IsrPropagation, PartitionState
 from isr.engine.gc_passes import fewer_gc_passes
 from isr.engine.local import LocalEngine, late_reason
-from isr.engine.sequencer import Sequencer
 
 # Per event, after the pre-stage in job.py; packed per bucket into Arrow IPC
 # blobs (make_packer) so that the stateful operator gets few large rows.
@@ -68,20 +67,31 @@ def output_row(d, several_policies: bool = False) -> tuple:
     raise TypeError(f"not an output record: {type(d).__name__}")
 
 
+def event_schema():
+    """The Arrow schema of the packed events (Spark's types for EVENT_COLUMNS)."""
+    import pyarrow as pa
+
+    return pa.schema([("ts", pa.int64()), ("seq", pa.int64()), ("key", pa.binary()),
+                      ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+                      ("offset", pa.int64()), ("broadcast", pa.bool_()), ("end_ts", pa.int64())])
+
+
 class Bucket:
-    """One state key: the leader models of its partitions, and the raw events
-    still waiting for the watermark. Waiting events stay raw bytes (decoded
-    once, when released), so carrying them from batch to batch is cheap."""
+    """One state key: the leader models of its partitions, the raw events
+    still waiting for the watermark (an Arrow table, sorted by ts and arrival;
+    decoded once, when released) and the watermark reached."""
 
-    __slots__ = ("engine", "queue")
+    __slots__ = ("engine", "pending", "watermark")
 
-    def __init__(self, engine: LocalEngine, queue: Sequencer) -> None:
-        self.engine, self.queue = engine, queue
+    def __init__(self, engine: LocalEngine, pending, watermark: int) -> None:
+        self.engine, self.pending, self.watermark = engine, pending, watermark
 
 
 class BucketProcessor:
     """What one call of the stateful function does, without Spark types, so
-    it can be tested and benchmarked on its own."""
+    it can be tested and benchmarked on its own. Rows are handled as Arrow
+    columns until an event is released: queueing, sorting and the lateness
+    test cost no Python work per event."""
 
     def __init__(self, monitor: MonitorSettings) -> None:
         self.monitor = monitor
@@ -89,78 +99,95 @@ class BucketProcessor:
 
     def restore(self, blob: Optional[bytes]) -> Bucket:
         if blob is None:
-            return Bucket(LocalEngine(self.monitor, external_watermark=True), Sequencer(None))
+            return Bucket(LocalEngine(self.monitor, external_watermark=True),
+                          event_schema().empty_table(), -1)
+        import pyarrow as pa
+
         snapshot, pending, watermark = pickle.loads(zlib.decompress(blob))
         engine = LocalEngine.restore(self.monitor, snapshot, external_watermark=True)
-        queue = Sequencer(None)
-        queue.pending, queue.external_watermark = pending, watermark
-        return Bucket(engine, queue)
+        return Bucket(engine, pa.ipc.open_stream(pending).read_all(), watermark)
 
     @staticmethod
     def save(bucket: Bucket) -> bytes:
-        # Our own state store entry (never untrusted input), hence pickle for
-        # the raw pending events; the models are in the engine's JSON snapshot.
-        state = (bucket.engine.snapshot(), bucket.queue.pending, bucket.queue.external_watermark)
+        # Our own state store entry (never untrusted input), hence pickle; the
+        # models are in the engine's JSON snapshot, waiting events Arrow IPC.
+        import pyarrow as pa
+
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, bucket.pending.schema) as writer:
+            writer.write_table(bucket.pending)
+        state = (bucket.engine.snapshot(), sink.getvalue().to_pybytes(), bucket.watermark)
         return zlib.compress(pickle.dumps(state, protocol=5), 1)
 
-    def process(self, bucket_id: int, bucket: Bucket, columns: dict, watermark: int,
+    def process(self, bucket_id: int, bucket: Bucket, table, watermark: int,
                 batch_max_ts: Optional[int] = None) -> list[tuple]:
-        """Apply one batch of rows (column lists). Rows older than Spark's
-        `watermark` (the previous batch's largest ts minus the allowed
-        lateness) are late. Then the watermark moves on to this batch's
-        largest ts (`batch_max_ts`, over all buckets) minus the lateness, the
-        value Spark will hand the next batch: any row that could still come
-        below it will be late, so what lies below is applied now, not one
-        batch later."""
-        engine, queue = bucket.engine, bucket.queue
-        queue.external_watermark = max(queue.external_watermark, watermark)
+        """Apply one batch of rows (an Arrow table of EVENT_COLUMNS, in
+        arrival order). Rows older than Spark's `watermark` (the previous
+        batch's largest ts minus the allowed lateness) are late. Then the
+        watermark moves on to this batch's largest ts (`batch_max_ts`, over
+        all buckets) minus the lateness, the value Spark will hand the next
+        batch: any row that could still come below it will be late, so what
+        lies below is applied now, not one batch later."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        engine = bucket.engine
+        late_before = bucket.watermark = max(bucket.watermark, watermark)
         dead: list[DeadLetter] = []
+        is_end = pc.equal(table["value"], pa.scalar(END_OF_INPUT, pa.binary()))
         end_ts = None
-        rows = zip(columns["value"], columns["ts"], columns["seq"], columns["topic"],
-                   columns["partition"], columns["offset"], columns["broadcast"],
-                   columns["end_ts"], columns["key"])
-        for value, ts, seq, topic, partition, offset, broadcast, row_end, key in rows:
-            if value == END_OF_INPUT:
-                end_ts = row_end
-                continue
-            if partition < 0:  # a file: report its line number, not the row index
-                offset = int(key)
-            # A broadcast row (broker event) reaches every bucket; only bucket 0
-            # reports it as a dead letter.
-            origin = (source_name(topic, partition), offset, not broadcast or bucket_id == 0)
-            if ts is None or ts < queue.watermark:
-                self._reject_now(value, origin, queue.watermark, dead)
-            else:
-                queue.offer(ts, seq, value, origin)
+        if pc.any(is_end).as_py():
+            end_ts = pc.max(table.filter(is_end)["end_ts"]).as_py()
+            table = table.filter(pc.invert(is_end))
+        late = pc.fill_null(pc.less(table["ts"], late_before), True)
+        if pc.any(late).as_py():
+            for row in table.filter(late).to_pylist():
+                self._reject_now(row, bucket_id, late_before, dead)
+            table = table.filter(pc.invert(late))
+        queue = pa.concat_tables([bucket.pending, table.cast(bucket.pending.schema)])
+        queue = queue.take(pc.sort_indices(queue, [("ts", "ascending"), ("seq", "ascending")]))
         if batch_max_ts is not None:
-            queue.external_watermark = max(queue.external_watermark,
-                                           batch_max_ts - self.monitor.allowed_lateness_ms)
-        ready = queue.drain() if end_ts is not None else queue.release()
-        for _ts, _seq, value, origin in ready:
+            bucket.watermark = max(bucket.watermark,
+                                   batch_max_ts - self.monitor.allowed_lateness_ms)
+        cut = len(queue) if end_ts is not None else pc.sum(
+            pc.less(queue["ts"], bucket.watermark)).as_py() or 0
+        ready, bucket.pending = queue.slice(0, cut), queue.slice(cut)
+        for value, i in zip(ready["value"].to_pylist(), range(cut)):
             event = decode(value)
             if isinstance(event, Rejection):
-                self._dead(dead, origin, value, event.reason, event.reason_class)
+                self._dead(dead, ready, i, bucket_id, event.reason, event.reason_class)
                 continue
             outcome = engine.apply_next(event)
             if outcome.status == "rejected":
-                self._dead(dead, origin, value, outcome.reason, "model")
-        return self._emit(bucket_id, engine, queue.watermark, end_ts, dead)
+                self._dead(dead, ready, i, bucket_id, outcome.reason, "model")
+        return self._emit(bucket_id, engine, bucket.watermark, end_ts, dead)
 
-    def _reject_now(self, value, origin, watermark: int, dead: list) -> None:
+    def _reject_now(self, row: dict, bucket_id: int, watermark: int, dead: list) -> None:
         """A row without a usable ts, or older than the watermark: invalid
         beats late, as in the local engine."""
-        event = decode(value)
+        event = decode(row["value"])
         if isinstance(event, Rejection):
-            self._dead(dead, origin, value, event.reason, event.reason_class)
+            reason, reason_class = event.reason, event.reason_class
         else:
-            self._dead(dead, origin, value,
-                       late_reason(event.ts, watermark, self.monitor.allowed_lateness_ms), "late")
+            reason, reason_class = late_reason(event.ts, watermark,
+                                               self.monitor.allowed_lateness_ms), "late"
+        self._dead_row(dead, row, bucket_id, reason, reason_class)
+
+    def _dead(self, dead: list, table, i: int, bucket_id: int, reason: str,
+              reason_class: str) -> None:
+        self._dead_row(dead, table.slice(i, 1).to_pylist()[0], bucket_id, reason, reason_class)
 
     @staticmethod
-    def _dead(dead: list, origin, value, reason: str, reason_class: str) -> None:
-        source, offset, report = origin
-        if report:
-            dead.append(DeadLetter.of(source, offset, value, reason, reason_class))
+    def _dead_row(dead: list, row: dict, bucket_id: int, reason: str, reason_class: str) -> None:
+        # A broadcast row (broker event) reaches every bucket; only bucket 0
+        # reports it.
+        if row["broadcast"] and bucket_id != 0:
+            return
+        topic, partition = row["topic"], row["partition"]
+        # A file reports its line number (the key), a Kafka partition its offset.
+        offset = int(row["key"]) if partition < 0 else row["offset"]
+        dead.append(DeadLetter.of(source_name(topic, partition), offset, row["value"], reason,
+                                  reason_class))
 
     def _emit(self, bucket_id: int, engine: LocalEngine, watermark: int,
               end_ts: Optional[int], dead: list) -> list[tuple]:
@@ -222,16 +249,14 @@ def make_packer(buckets: int):
     return pack_by_bucket
 
 
-def unpack(packs: Iterable[bytes], columns: dict[str, list]) -> None:
-    """Append the events of packed blobs to per-column lists."""
+def unpack(packs: Iterable[bytes]):
+    """The events of packed blobs as one Arrow table, in arrival order."""
     import pyarrow as pa
 
-    for blob in packs:
-        if not blob:  # a bucket with no events in that input batch
-            continue
-        for batch in pa.ipc.open_stream(blob):
-            for c, values in columns.items():
-                values.extend(batch.column(c).to_pylist())
+    batches = [batch for blob in packs if blob  # empty: no event of that input batch
+               for batch in pa.ipc.open_stream(blob)]
+    schema = event_schema()
+    return pa.Table.from_batches(batches).cast(schema) if batches else schema.empty_table()
 
 
 def make_state_function(monitor: MonitorSettings):
@@ -255,18 +280,18 @@ def _call(processor: BucketProcessor, bucket: int, pdfs: Iterator, state) -> lis
     watermark = state.getCurrentWatermarkMs()
     # All chunks of the batch at once: one partition_state per changed
     # partition per batch, not per chunk.
-    columns: dict[str, list] = {c: [] for c in EVENT_COLUMNS}
+    packs: list[bytes] = []
     batch_max_ts = None
     for pdf in pdfs:
-        unpack(pdf["pack"].tolist(), columns)
+        packs.extend(pdf["pack"].tolist())
         top = pdf["max_ts"].max()
         if top == top and (batch_max_ts is None or top > batch_max_ts):  # not NaN
             batch_max_ts = int(top)
-    rows = processor.process(bucket, bucket_state, columns, watermark, batch_max_ts)
+    rows = processor.process(bucket, bucket_state, unpack(packs), watermark, batch_max_ts)
     state.update((processor.save(bucket_state),))
     # Called again once Spark's watermark passes the one reached here, rows
     # or not: that is what runs the checks of partitions that get no events.
-    state.setTimeoutTimestamp(max(bucket_state.queue.watermark, watermark, 0) + 1)
+    state.setTimeoutTimestamp(max(bucket_state.watermark, watermark, 0) + 1)
     return rows
 
 
