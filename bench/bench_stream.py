@@ -147,7 +147,9 @@ def _feed(scenario, bootstrap: str, stop, sent) -> None:
     from isr.sim.command import feed_live
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 0})
-    sent.value = feed_live(scenario, producer, "isr.fetch-events", stop.is_set)
+    parent = os.getppid()  # a killed benchmark must not leave its generator running
+    sent.value = feed_live(scenario, producer, "isr.fetch-events",
+                           lambda: stop.is_set() or os.getppid() != parent)
 
 
 def bench_latency(args) -> None:
@@ -194,12 +196,20 @@ def bench_latency(args) -> None:
         stop.set()
         gen.join()
         held = sent.value / (time.time() - t0)
-        busy = [p["durationMs"]["triggerExecution"] for p in q.recentProgress
-                if p["numInputRows"] > 0][1:]
+        warm = [p for p in q.recentProgress if p["numInputRows"] > 0][1:]
         q.stop()
-        if busy:
-            print(f"batches with input: {len(busy) + 1}, duration p50 "
-                  f"{statistics.median(busy):,.0f} ms, max {max(busy):,} ms")
+        if warm:
+            busy = [p["durationMs"]["triggerExecution"] for p in warm]
+            parts = {k: statistics.median(p["durationMs"].get(k, 0) for p in warm)
+                     for k in ("latestOffset", "queryPlanning", "walCommit", "addBatch",
+                               "commitOffsets")}
+            commit = statistics.median(o["commitTimeMs"] for p in warm
+                                       for o in p["stateOperators"])
+            print(f"batches with input: {len(warm) + 1}, duration p50 "
+                  f"{statistics.median(busy):,.0f} ms, max {max(busy):,} ms; medians (ms): "
+                  + ", ".join(f"{k} {v:,.0f}" for k, v in parts.items())
+                  + f", state commit {commit:,.0f}; rows p50 "
+                  f"{statistics.median(p['numInputRows'] for p in warm):,.0f}")
         consumer.close()
         if latencies:
             latencies.sort()

@@ -11,13 +11,28 @@ auto-created topics get 4 partitions (so topics are created explicitly here).
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Iterable, Optional
 
 from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def _die_with_parent() -> None:
+    """In the broker's process before exec: on Linux, get SIGTERM when the
+    process that started it dies, however it dies (kill -9 included), so a
+    killed demo, test run or benchmark leaves no broker behind. (Linux ties
+    this to the starting thread: start the broker from a thread that lives
+    as long as it should.)"""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class EmbeddedBrokerError(RuntimeError):
@@ -65,7 +80,8 @@ class EmbeddedBroker:
             [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)  # Ctrl-C in a terminal reaches us, not the broker
+            start_new_session=True,  # Ctrl-C in a terminal reaches us, not the broker
+            preexec_fn=_die_with_parent)
         self._wait_ready(timeout_s)
         return self
 

@@ -206,3 +206,25 @@ def test_topics_by_pattern_include_only_matching_topics(broker):
                              pattern=rf"pat{tag}\.events\..*")
     assert found == [(f"pat{tag}.events.a", 0), (f"pat{tag}.events.a", 1),
                      (f"pat{tag}.events.b", 0), (f"pat{tag}.events.b", 1)]
+
+
+def test_a_killed_owner_leaves_no_embedded_broker_behind():
+    script = ("import time; from isr.kafka.embedded import EmbeddedBroker; "
+              "b = EmbeddedBroker().start(); print(b._proc.pid, flush=True); time.sleep(120)")
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    broker_pid = int(owner.stdout.readline())
+    os.kill(owner.pid, signal.SIGKILL)  # no `with`, no atexit: only the kernel can tell it
+    owner.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(broker_pid):
+        time.sleep(0.1)
+    assert not _running(broker_pid)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for init to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
