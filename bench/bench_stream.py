@@ -17,6 +17,7 @@ latency   a generator produces at --rate events/s with ts = wall clock; for each
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import multiprocessing
 import os
@@ -185,12 +186,13 @@ def bench_latency(args) -> None:
         consumer.subscribe([settings.output.changes_topic])
         t0 = time.time()
         gen.start()
-        latencies = []
+        latencies, seen = [], collections.Counter()
         while time.time() - t0 < args.seconds:
             msg = consumer.poll(0.2)
             if msg is None or msg.error():
                 continue
             d = json.loads(msg.value())
+            seen[d["type"], d.get("action")] += 1
             if d["type"] == "isr_change" and d["action"] == "expand":
                 latencies.append(time.time() * 1000 - d["ts"])
         stop.set()
@@ -219,7 +221,7 @@ def bench_latency(args) -> None:
                   f"allowed lateness {args.lateness} ms: {len(latencies)} expand decisions, "
                   f"p50 {statistics.median(latencies):,.0f} ms, p99 {p99:,.0f} ms")
         else:
-            print("latency: no decision arrived")
+            print(f"latency: no expand decision arrived; records seen: {dict(seen)}")
         shutil.rmtree(work, ignore_errors=True)
 
 
