@@ -3,9 +3,10 @@ many partitions (an engine snapshot) and the raw events still waiting for the
 watermark.
 
 Per call it restores the bucket, queues the new rows (late or unreadable ones
-become dead letters at once), decodes and applies what Spark's watermark
-releases, runs the checks up to it, and returns the decisions, the changed
-partitions' states and the dead letters as rows. No rule lives here.
+become dead letters at once), decodes and applies what lies below the
+watermark this batch reaches (its largest ts minus the allowed lateness),
+runs the checks up to it, and returns the decisions, the changed partitions'
+states and the dead letters as rows. No rule lives here.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from isr.engine.local import LocalEngine, late_reason
 
 # Per event, after the pre-stage in job.py; packed per bucket into Arrow IPC
 # blobs (make_packer) so that the stateful operator gets few large rows.
-EVENT_COLUMNS = ["ts", "seq", "key", "value", "topic", "partition", "offset", "broadcast",
-                 "end_ts"]
+# Name -> Arrow type (Spark's types for these columns).
+EVENT_TYPES = {"ts": "int64", "seq": "int64", "key": "binary", "value": "binary",
+               "topic": "string", "partition": "int32", "offset": "int64", "broadcast": "bool",
+               "end_ts": "int64"}
+EVENT_COLUMNS = list(EVENT_TYPES)
 PACKED_SCHEMA = "bucket int, max_ts long, pack binary"
 # What the operator receives. `max_ts` is the largest ts of the whole input
 # batch the pack came from (not only of its bucket's events): every bucket gets
@@ -68,12 +72,20 @@ def output_row(d, several_policies: bool = False) -> tuple:
 
 
 def event_schema():
-    """The Arrow schema of the packed events (Spark's types for EVENT_COLUMNS)."""
+    """The Arrow schema of the packed events."""
     import pyarrow as pa
 
-    return pa.schema([("ts", pa.int64()), ("seq", pa.int64()), ("key", pa.binary()),
-                      ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
-                      ("offset", pa.int64()), ("broadcast", pa.bool_()), ("end_ts", pa.int64())])
+    return pa.schema([(name, pa.type_for_alias(t)) for name, t in EVENT_TYPES.items()])
+
+
+def to_ipc(data) -> bytes:
+    """An Arrow table or record batch as IPC stream bytes (packs, state)."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write(data)
+    return sink.getvalue().to_pybytes()
 
 
 class Bucket:
@@ -111,17 +123,12 @@ class BucketProcessor:
     def save(bucket: Bucket) -> bytes:
         # Our own state store entry (never untrusted input), hence pickle; the
         # models are in the engine's JSON snapshot, waiting events Arrow IPC.
-        import pyarrow as pa
-
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, bucket.pending.schema) as writer:
-            writer.write_table(bucket.pending)
-        state = (bucket.engine.snapshot(), sink.getvalue().to_pybytes(), bucket.watermark)
+        state = (bucket.engine.snapshot(), to_ipc(bucket.pending), bucket.watermark)
         return zlib.compress(pickle.dumps(state, protocol=5), 1)
 
     def process(self, bucket_id: int, bucket: Bucket, table, watermark: int,
                 batch_max_ts: Optional[int] = None) -> list[tuple]:
-        """Apply one batch of rows (an Arrow table of EVENT_COLUMNS, in
+        """Apply one batch of rows (an Arrow table of event_schema(), in
         arrival order). Rows older than Spark's `watermark` (the previous
         batch's largest ts minus the allowed lateness) are late. Then the
         watermark moves on to this batch's largest ts (`batch_max_ts`, over
@@ -144,7 +151,7 @@ class BucketProcessor:
             for row in table.filter(late).to_pylist():
                 self._reject_now(row, bucket_id, late_before, dead)
             table = table.filter(pc.invert(late))
-        queue = pa.concat_tables([bucket.pending, table.cast(bucket.pending.schema)])
+        queue = pa.concat_tables([bucket.pending, table])
         queue = queue.take(pc.sort_indices(queue, [("ts", "ascending"), ("seq", "ascending")]))
         if batch_max_ts is not None:
             bucket.watermark = max(bucket.watermark,
@@ -233,12 +240,8 @@ def make_packer(buckets: int):
             start = 0
             for value, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
                 part = ordered.slice(start, end - start)
-                events = pa.RecordBatch.from_arrays([part.column(c) for c in EVENT_COLUMNS],
-                                                    names=EVENT_COLUMNS)
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, events.schema) as writer:
-                    writer.write_batch(events)
-                packs[value] = sink.getvalue().to_pybytes()
+                packs[value] = to_ipc(pa.RecordBatch.from_arrays(
+                    [part.column(c) for c in EVENT_COLUMNS], names=EVENT_COLUMNS))
                 start = end
             targets = range(buckets) if batch_max is not None else sorted(packs)
             yield pa.RecordBatch.from_pydict(
