@@ -25,6 +25,7 @@ from isr.stream.operator import (
     make_state_function,
     make_packer,
 )
+from isr.stream.partitioning import bucket_labels
 
 KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 STATE_STORE_PROVIDERS = {
@@ -107,11 +108,15 @@ def read_source(spark, settings: Settings):
 
 
 def prepare(df, buckets: int, allowed_lateness_ms: int):
-    """JVM-side pre-stage: which bucket each row goes to, its event time and
-    its arrival order. Broker events (cluster-wide) go to every bucket."""
+    """JVM-side pre-stage: which bucket each row goes to (by its label, the
+    state key: partitioning.py), its event time and its arrival order. Broker
+    events (cluster-wide) go to every bucket."""
     from pyspark.sql import functions as F
 
     from isr.stream.operator import END_OF_INPUT
+
+    labels = bucket_labels(buckets)
+    every_bucket = F.array(*[F.lit(label) for label in labels])
 
     v = F.col("value").cast("string")
     fields = df.select("*", F.json_tuple(v, "type", "cluster", "topic", "partition", "ts")
@@ -124,8 +129,8 @@ def prepare(df, buckets: int, allowed_lateness_ms: int):
                   F.pmod(F.hash(cluster, F.col("j_topic"), F.col("j_partition")), F.lit(buckets))
                   ).otherwise(F.pmod(F.hash(F.col("topic"), F.col("partition"), F.col("offset")),
                                      F.lit(buckets)))
-    targets = F.when(broadcast, F.sequence(F.lit(0), F.lit(buckets - 1))).otherwise(
-        F.array(home))
+    targets = F.when(broadcast, every_bucket).otherwise(
+        F.array(F.element_at(every_bucket, home + 1)))
     ts = F.col("j_ts").cast("long")
     # Arrival order: offset within the source partition, then the partition.
     seq = F.col("offset") * F.lit(1 << 20) + F.pmod(F.hash("topic", "partition"), F.lit(1 << 20))
@@ -143,7 +148,7 @@ def prepare(df, buckets: int, allowed_lateness_ms: int):
     )
     # Few, large rows into the stateful operator: its per-row cost is what
     # limited a one-row-per-event design (docs/benchmarks.md).
-    packed = out.mapInArrow(make_packer(buckets), PACKED_SCHEMA)
+    packed = out.mapInArrow(make_packer(labels), PACKED_SCHEMA)
     with_time = packed.select("*", F.timestamp_millis("max_ts").alias("et"))
     return keep_late_rows(with_time.withWatermark("et", f"{allowed_lateness_ms} milliseconds"))
 
@@ -169,7 +174,8 @@ def decisions_stream(spark, settings: Settings, source_df):
     prepared = prepare(source_df, settings.stream.state_buckets,
                        settings.monitor.allowed_lateness_ms).select(*INPUT_COLUMNS)
     return prepared.groupBy("bucket").applyInPandasWithState(
-        make_state_function(settings.monitor), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
+        make_state_function(settings.monitor, bucket_labels(settings.stream.state_buckets)),
+        OUTPUT_SCHEMA, STATE_SCHEMA, "append",
         GroupStateTimeout.EventTimeTimeout)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import pickle
 import zlib
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Sequence
 
 from isr.config import MonitorSettings
 from isr.contract import Rejection, decode
@@ -218,9 +218,10 @@ class BucketProcessor:
         return out
 
 
-def make_packer(buckets: int):
-    """For mapInArrow: each input batch becomes one row per bucket holding
-    that bucket's events as an Arrow IPC stream (no per-event Python work).
+def make_packer(labels: Sequence[int]):
+    """For mapInArrow: each input batch becomes one row per bucket (by label,
+    partitioning.py) holding that bucket's events as an Arrow IPC stream (no
+    per-event Python work).
     Every bucket gets a row (empty pack if no event of the batch is its own)
     carrying the batch's largest ts, so that each bucket learns the
     micro-batch's largest ts and can release events one batch earlier."""
@@ -243,9 +244,11 @@ def make_packer(buckets: int):
                 packs[value] = to_ipc(pa.RecordBatch.from_arrays(
                     [part.column(c) for c in EVENT_COLUMNS], names=EVENT_COLUMNS))
                 start = end
-            targets = range(buckets) if batch_max is not None else sorted(packs)
+            # A key that is not a label still gets its row, so that the state
+            # function stops with a clear error instead of the events vanishing.
+            targets = sorted(set(labels) | set(packs)) if batch_max is not None else sorted(packs)
             yield pa.RecordBatch.from_pydict(
-                {"bucket": pa.array(list(targets), pa.int32()),
+                {"bucket": pa.array(targets, pa.int32()),
                  "max_ts": pa.array([batch_max] * len(targets), pa.int64()),
                  "pack": pa.array([packs.get(b, b"") for b in targets], pa.binary())})
 
@@ -262,15 +265,22 @@ def unpack(packs: Iterable[bytes]):
     return pa.Table.from_batches(batches).cast(schema) if batches else schema.empty_table()
 
 
-def make_state_function(monitor: MonitorSettings):
-    """The function for applyInPandasWithState (grouped by bucket)."""
+def make_state_function(monitor: MonitorSettings, labels: Sequence[int]):
+    """The function for applyInPandasWithState, grouped by bucket label."""
     settings_json = monitor.model_dump_json()
+    index_of = {label: i for i, label in enumerate(labels)}
 
     def process_bucket(key, pdfs: Iterator, state) -> Iterator:
         import pandas as pd
 
+        bucket = index_of.get(int(key[0]))
+        if bucket is None:
+            raise ValueError(
+                f"state key {key[0]} is not a bucket of stream.state_buckets = {len(labels)}: "
+                "this checkpoint was written with another bucket layout; start the job "
+                "with a new stream.checkpoint_location")
         with fewer_gc_passes():
-            rows = _call(_processor(settings_json), int(key[0]), pdfs, state)
+            rows = _call(_processor(settings_json), bucket, pdfs, state)
         if rows:
             yield pd.DataFrame(rows, columns=["kind", "key", "id", "ts", "value"])
 

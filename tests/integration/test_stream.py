@@ -153,3 +153,34 @@ def test_the_session_commits_rocksdb_changelogs_and_takes_spark_conf_from_settin
     settings = Settings.model_validate({"stream": {"spark_conf": {"spark.isr.test.marker": "on"}}})
     session = job.spark_session(settings)  # the running session, given the settings
     assert session is spark and spark.conf.get("spark.isr.test.marker") == "on"
+
+
+@pytest.mark.parametrize("buckets", [2, 4, 7])
+def test_every_bucket_gets_its_own_stateful_task(spark, buckets):
+    """Spark hash-partitions the stateful operator's input by key; bucket keys
+    0..n-1 piled up in a few tasks (for 4 buckets, three in one task), so the
+    buckets' work ran one after the other. The labels must spread one per
+    task, exactly as Spark partitions them."""
+    from pyspark.sql import functions as F
+
+    from isr.stream.operator import unpack
+    from isr.stream.partitioning import bucket_labels, spark_hash_int
+
+    labels = bucket_labels(buckets)
+    placed = (spark.createDataFrame([(label,) for label in labels], "bucket int")
+              .repartition(buckets, "bucket")  # the partitioning the operator requires
+              .select("bucket", F.spark_partition_id().alias("task")).collect())
+    assert {r.bucket: r.task for r in placed} == {label: i for i, label in enumerate(labels)}
+    # The job keys its state by these labels.
+    source = spark.createDataFrame(
+        [(str(i).encode(), line, "events.jsonl", -1, i) for i, line in enumerate(workload.lines())],
+        "key binary, value binary, topic string, partition int, offset long")
+    packed = job.prepare(source, buckets, 1000).select("bucket", "pack").collect()
+    assert {r.bucket for r in packed} == set(labels)
+    broadcast = [sum(unpack([r.pack])["broadcast"].to_pylist()) for r in packed]
+    rows = [unpack([r.pack]).num_rows for r in packed]
+    # Every event in one bucket, broker events (broadcast) in every bucket: none lost.
+    assert sum(rows) - sum(broadcast) + sum(broadcast) / buckets == len(workload.lines())
+    ints = spark.range(-300, 300).select(F.col("id").cast("int").alias("i"))
+    assert {r.i: r.h for r in ints.select("i", F.hash("i").alias("h")).collect()} == {
+        i: spark_hash_int(i) for i in range(-300, 300)}
