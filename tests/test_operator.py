@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pytest
 from helpers import T0, append, broker, fetch, leader
 
 from isr.config import MonitorSettings
@@ -111,3 +112,16 @@ def test_end_of_input_flushes_and_reports_every_partition_and_a_summary():
     assert state["hw"] == 10 and state["isr"] == [1, 2]
     summary = json.loads(next(r[4] for r in out if r[0] == "summary"))
     assert summary == {"kafka": [1, 0, 0]}
+
+
+def test_a_checkpoint_of_another_bucket_layout_stops_with_a_clear_error():
+    """State keys are bucket labels (partitioning.py); a checkpoint written with
+    other keys (another state_buckets, or keys 0..n-1 of earlier versions)
+    must not be mixed into the new layout silently."""
+    from isr.stream.operator import make_state_function
+    from isr.stream.partitioning import bucket_labels
+
+    labels = bucket_labels(4)
+    assert sorted(labels) == [0, 2, 6, 12]
+    with pytest.raises(ValueError, match="another bucket layout.*new stream.checkpoint_location"):
+        next(make_state_function(MONITOR, labels)((1,), iter([]), None))
