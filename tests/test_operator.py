@@ -121,7 +121,22 @@ def test_a_checkpoint_of_another_bucket_layout_stops_with_a_clear_error():
     from isr.stream.operator import make_state_function
     from isr.stream.partitioning import bucket_labels
 
+    import pickle
+    import zlib
+
     labels = bucket_labels(4)
     assert sorted(labels) == [0, 2, 6, 12]
-    with pytest.raises(ValueError, match="another bucket layout.*new stream.checkpoint_location"):
+    clear = "another bucket layout.*new stream.checkpoint_location"
+    with pytest.raises(ValueError, match=clear):  # a key that is no label
         next(make_state_function(MONITOR, labels)((1,), iter([]), None))
+    p = BucketProcessor(MONITOR)
+    bucket = p.restore(None, (1, 4))
+    p.process(1, bucket, rows([leader(0)]), watermark=0, batch_max_ts=T0 + 60000)
+    saved = p.save(bucket)
+    assert p.restore(saved, (1, 4)).engine.snapshot() == bucket.engine.snapshot()
+    assert bucket.engine.partitions["kafka"]  # the leader event was applied and saved
+    with pytest.raises(ValueError, match=clear):  # a label that is a bucket of another layout
+        p.restore(saved, (1, 8))
+    before_labels = zlib.compress(pickle.dumps(pickle.loads(zlib.decompress(saved))[1:]))
+    with pytest.raises(ValueError, match=clear):  # state of a version before labels
+        p.restore(before_labels, (1, 4))

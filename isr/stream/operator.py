@@ -91,12 +91,24 @@ def to_ipc(data) -> bytes:
 class Bucket:
     """One state key: the leader models of its partitions, the raw events
     still waiting for the watermark (an Arrow table, sorted by ts and arrival;
-    decoded once, when released) and the watermark reached."""
+    decoded once, when released), the watermark reached, and its layout
+    (bucket index, number of buckets) so that a checkpoint is never read
+    with another one."""
 
-    __slots__ = ("engine", "pending", "watermark")
+    __slots__ = ("engine", "pending", "watermark", "layout")
 
-    def __init__(self, engine: LocalEngine, pending, watermark: int) -> None:
+    def __init__(self, engine: LocalEngine, pending, watermark: int,
+                 layout: Optional[tuple[int, int]] = None) -> None:
         self.engine, self.pending, self.watermark = engine, pending, watermark
+        self.layout = layout
+
+
+def layout_error(found, expected_buckets: int) -> ValueError:
+    return ValueError(
+        f"the state checkpoint holds bucket {found}, which is not a bucket of "
+        f"stream.state_buckets = {expected_buckets}: this checkpoint was written with "
+        "another bucket layout (another state_buckets, or an isr-monitor before bucket "
+        "labels); start the job with a new stream.checkpoint_location")
 
 
 class BucketProcessor:
@@ -109,21 +121,28 @@ class BucketProcessor:
         self.monitor = monitor
         self.several = len(monitor.policy) > 1
 
-    def restore(self, blob: Optional[bytes]) -> Bucket:
+    def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None) -> Bucket:
+        """A bucket from its state (None: a new one). `layout` (index, buckets)
+        must be the one the state was saved with."""
         if blob is None:
             return Bucket(LocalEngine(self.monitor, external_watermark=True),
-                          event_schema().empty_table(), -1)
+                          event_schema().empty_table(), -1, layout)
         import pyarrow as pa
 
-        snapshot, pending, watermark = pickle.loads(zlib.decompress(blob))
+        state = pickle.loads(zlib.decompress(blob))
+        if len(state) != 4 or tuple(state[0] or ()) != tuple(layout or ()):
+            found = state[0] if len(state) == 4 else "without a layout"
+            raise layout_error(found, layout[1] if layout else 0)
+        _, snapshot, pending, watermark = state
         engine = LocalEngine.restore(self.monitor, snapshot, external_watermark=True)
-        return Bucket(engine, pa.ipc.open_stream(pending).read_all(), watermark)
+        return Bucket(engine, pa.ipc.open_stream(pending).read_all(), watermark, layout)
 
     @staticmethod
     def save(bucket: Bucket) -> bytes:
         # Our own state store entry (never untrusted input), hence pickle; the
         # models are in the engine's JSON snapshot, waiting events Arrow IPC.
-        state = (bucket.engine.snapshot(), to_ipc(bucket.pending), bucket.watermark)
+        state = (bucket.layout, bucket.engine.snapshot(), to_ipc(bucket.pending),
+                 bucket.watermark)
         return zlib.compress(pickle.dumps(state, protocol=5), 1)
 
     def process(self, bucket_id: int, bucket: Bucket, table, watermark: int,
@@ -275,21 +294,20 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int]):
 
         bucket = index_of.get(int(key[0]))
         if bucket is None:
-            raise ValueError(
-                f"state key {key[0]} is not a bucket of stream.state_buckets = {len(labels)}: "
-                "this checkpoint was written with another bucket layout; start the job "
-                "with a new stream.checkpoint_location")
+            raise layout_error(f"key {key[0]}", len(labels))
         with fewer_gc_passes():
-            rows = _call(_processor(settings_json), bucket, pdfs, state)
+            rows = _call(_processor(settings_json), (bucket, len(labels)), pdfs, state)
         if rows:
             yield pd.DataFrame(rows, columns=["kind", "key", "id", "ts", "value"])
 
     return process_bucket
 
 
-def _call(processor: BucketProcessor, bucket: int, pdfs: Iterator, state) -> list[tuple]:
-    """Restore the bucket, apply the batch's rows, save it."""
-    bucket_state = processor.restore(state.get[0] if state.exists else None)
+def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
+          state) -> list[tuple]:
+    """Restore the bucket (index, buckets), apply the batch's rows, save it."""
+    bucket = layout[0]
+    bucket_state = processor.restore(state.get[0] if state.exists else None, layout)
     watermark = state.getCurrentWatermarkMs()
     # All chunks of the batch at once: one partition_state per changed
     # partition per batch, not per chunk.
