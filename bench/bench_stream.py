@@ -183,7 +183,8 @@ def bench_latency(args) -> None:
         # Assigned, not subscribed: no group to join (the job writes one partition).
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench",
                              "enable.auto.commit": False, "log_level": 0})
-        consumer.assign([TopicPartition(settings.output.changes_topic, 0, 0)])
+        changes = TopicPartition(settings.output.changes_topic, 0, 0)
+        consumer.assign([changes])
         t0 = time.time()
         gen.start()
         latencies, seen = [], collections.Counter()
@@ -200,8 +201,8 @@ def bench_latency(args) -> None:
         held = sent.value / (time.time() - t0)
         warm = [p for p in q.recentProgress if p["numInputRows"] > 0][1:]
         q.stop()
-        tp = TopicPartition(settings.output.changes_topic, 0)
-        low_high, position = consumer.get_watermark_offsets(tp), consumer.position([tp])[0].offset
+        low_high = consumer.get_watermark_offsets(changes)
+        position = consumer.position([changes])[0].offset
         if warm:
             busy = [p["durationMs"]["triggerExecution"] for p in warm]
             parts = {k: statistics.median(p["durationMs"].get(k, 0) for p in warm)

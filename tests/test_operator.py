@@ -4,6 +4,8 @@ round trip, broadcast rows and the end-of-input row."""
 from __future__ import annotations
 
 import json
+import pickle
+import zlib
 
 import pyarrow as pa
 import pytest
@@ -120,9 +122,6 @@ def test_a_checkpoint_of_another_bucket_layout_stops_with_a_clear_error():
     must not be mixed into the new layout silently."""
     from isr.stream.operator import make_state_function
     from isr.stream.partitioning import bucket_labels
-
-    import pickle
-    import zlib
 
     labels = bucket_labels(4)
     assert sorted(labels) == [0, 2, 6, 12]

@@ -130,7 +130,7 @@ class BucketProcessor:
         import pyarrow as pa
 
         state = pickle.loads(zlib.decompress(blob))
-        if len(state) != 4 or tuple(state[0] or ()) != tuple(layout or ()):
+        if len(state) != 4 or state[0] != layout:
             found = state[0] if len(state) == 4 else "without a layout"
             raise layout_error(found, layout[1] if layout else 0)
         _, snapshot, pending, watermark = state

@@ -177,8 +177,9 @@ def test_every_bucket_gets_its_own_stateful_task(spark, buckets):
         "key binary, value binary, topic string, partition int, offset long")
     packed = job.prepare(source, buckets, 1000).select("bucket", "pack").collect()
     assert {r.bucket for r in packed} == set(labels)
-    broadcast = [sum(unpack([r.pack])["broadcast"].to_pylist()) for r in packed]
-    rows = [unpack([r.pack]).num_rows for r in packed]
+    tables = [unpack([r.pack]) for r in packed]
+    broadcast = [sum(t["broadcast"].to_pylist()) for t in tables]
+    rows = [t.num_rows for t in tables]
     # Every event in one bucket, broker events (broadcast) in every bucket: none lost.
     assert sum(rows) - sum(broadcast) + sum(broadcast) / buckets == len(workload.lines())
     ints = spark.range(-300, 300).select(F.col("id").cast("int").alias("i"))
