@@ -26,7 +26,8 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from isr.replay import make_progress, print_summary, replay, write_jsonl
+    from isr.console import RichProgress, print_summary
+    from isr.replay import replay, write_jsonl
 
     extra = [f"monitor.policy={args.policy}"] if args.policy else []
     settings = _settings(args, extra)
@@ -40,7 +41,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from isr.stream.replay_spark import replay_spark
         result = replay_spark(args.events, settings)
     else:
-        with (make_progress(err) if show_progress else nullcontext()) as progress:
+        with (RichProgress(err) if show_progress else nullcontext()) as progress:
             result = replay(args.events, settings.monitor, progress, whatif=bool(args.report))
     out_cm = open(args.output, "wb") if args.output not in (None, "-") else nullcontext(
         sys.stdout.buffer)
@@ -60,12 +61,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not args.quiet:
         print_summary(result, err)
     if args.report:
-        from isr.replay import print_whatif
+        from isr.console import print_whatif
         from isr.whatif import write_report
 
-        written = write_report(result.whatif, args.report, args.events)
+        written = write_report(result.whatif, result.whatif_rows, args.report, args.events)
         if not args.quiet:
-            print_whatif(result.whatif, err)
+            print_whatif(result, err)
             err.print("report: " + ", ".join(str(p) for p in written), highlight=False)
     return 0
 

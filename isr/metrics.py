@@ -21,6 +21,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from isr.config import MetricsSettings
+from isr.contract.records import OutputRecord
 
 P_LABELS = ("cluster", "topic", "partition", "policy")
 
@@ -101,9 +102,10 @@ class Metrics:
         return not self._topic_patterns or any(p.fullmatch(topic) for p in
                                                self._topic_patterns)
 
-    def observe_rows(self, rows: Iterable[tuple]) -> None:
-        """One micro-batch's output rows (kind, key, id, ts, value)."""
-        for kind, _key, _id, _ts, value in rows:
+    def observe_records(self, records: Iterable[OutputRecord]) -> None:
+        """One micro-batch's output records."""
+        for r in records:
+            kind, value = r.kind, r.value
             if kind == "partition_state":
                 self._state(orjson.loads(value))
             elif kind == "isr_change":

@@ -1,8 +1,8 @@
-"""`isr replay`: JSON-lines event files in, decisions as JSON lines out.
+"""`isr replay`: JSON-lines event files in, decisions out.
 
-Data flows one way: lines -> decode/validate -> LocalEngine (leader model)
--> sorted decisions + final partition states -> output; bad lines become
-dead-letter records; a summary goes to stderr.
+Data flows one way: lines -> decode -> LocalEngine (sequencer, leader
+models, listeners) -> decisions in canonical order + final partition states;
+bad lines become dead-letter records. Printing is the CLI's (console.py).
 """
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-from rich import box
-from rich.table import Table
-
 from isr.config import MonitorSettings
 from isr.contract import DeadLetter, Rejection, decode
-from isr.contract.decisions import Alert
-from isr.engine.gc_passes import fewer_gc_passes
-from isr.engine.local import LocalEngine, PolicySummary
-from isr.whatif import WhatIf
+from isr.contract.decisions import output_order
+from isr.engine.local import LocalEngine, standard_listeners
+from isr.engine.summary import PolicySummary, summary
+from isr.gc_tuning import fewer_gc_passes
+from isr.whatif import PolicyRow, WhatIf
 
 
 @dataclass
@@ -43,33 +39,49 @@ class ReplayResult:
     stats: ReplayStats
     summary: list[PolicySummary]
     whatif: Optional[WhatIf] = None
+    whatif_rows: list[PolicyRow] = field(default_factory=list)
+
+
+class Progress:
+    """How far the reading got: `advance(task, bytes)` is called per 4096 lines."""
+
+    def start(self, name: str, total: Optional[int]) -> object:
+        return None
+
+    def advance(self, task: object, completed: int) -> None:
+        pass
+
+    def done(self, task: object) -> None:
+        pass
 
 
 def _lines(sources: list[str], progress: Optional[Progress]) -> Iterator[tuple[str, int, bytes]]:
     """(source name, 1-based line number, raw bytes) for every non-blank line."""
+    progress = progress or Progress()
     with ExitStack() as stack:
         for name in sources:
             if name == "-":
                 stream: BinaryIO = sys.stdin.buffer
+                total = None
             else:
                 stream = stack.enter_context(open(name, "rb"))
-            task = None
-            if progress is not None and name != "-":
-                task = progress.add_task(Path(name).name, total=Path(name).stat().st_size)
+                total = Path(name).stat().st_size
+            task = progress.start("stdin" if name == "-" else Path(name).name, total)
+            read = 0
             for number, raw in enumerate(stream, 1):
-                if task is not None and number % 4096 == 0:
-                    progress.update(task, completed=stream.tell())
+                read += len(raw)
+                if number % 4096 == 0:
+                    progress.advance(task, read)
                 raw = raw.rstrip(b"\r\n")
                 if raw.strip():
                     yield name, number, raw
-            if task is not None:
-                progress.update(task, completed=progress.tasks[task].total)
+            progress.done(task)
 
 
 def replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Progress] = None,
            whatif: bool = False) -> ReplayResult:
     """`whatif`: also follow every partition under every policy for the
-    what-if report (result.whatif)."""
+    what-if report (result.whatif, result.whatif_rows)."""
     with fewer_gc_passes():
         return _replay(sources, monitor, progress, whatif)
 
@@ -85,10 +97,9 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
         stats.dead_letters["model"] += 1
         dead.append(DeadLetter.of(source, offset, raw, reason, "model"))
 
-    engine = LocalEngine(monitor, on_reject=on_reject)
-    whatif = WhatIf(engine) if with_whatif else None
-    if whatif is not None:
-        engine.after_apply = whatif.after_apply
+    whatif = WhatIf(monitor) if with_whatif else None
+    listeners = standard_listeners(monitor) + ([whatif] if whatif is not None else [])
+    engine = LocalEngine(monitor, listeners=listeners, on_reject=on_reject)
     for seq, (source, offset, raw) in enumerate(_lines(sources, progress)):
         stats.lines += 1
         event = decode(raw)
@@ -105,66 +116,18 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
         else:
             stats.accepted += 1
     engine.finish()
-    if whatif is not None:
-        whatif.finish()
+    decisions = engine.take_decisions()
     stats.ignored = engine.ignored
     dead.sort(key=lambda d: (d.source, d.offset))  # as every engine reports them
-    return ReplayResult(engine.sorted_decisions(), engine.states(), dead, stats, engine.summary(),
-                        whatif)
+    result = ReplayResult(sorted(decisions, key=output_order), engine.states(), dead, stats,
+                          summary(engine, decisions))
+    if whatif is not None:
+        whatif.finish(engine.max_ts)
+        result.whatif, result.whatif_rows = whatif, whatif.rows(result.summary)
+    return result
 
 
 def write_jsonl(records, stream: BinaryIO) -> None:
     for record in records:
         stream.write(record.model_dump_json().encode())
         stream.write(b"\n")
-
-
-def _duration(ms: int) -> str:
-    if ms <= 0:
-        return "0 s"
-    seconds = ms / 1000
-    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
-
-
-def print_summary(result: ReplayResult, console: Console) -> None:
-    table = Table(title="ISR decisions by policy", title_justify="left", box=box.SIMPLE_HEAD)
-    for column in ("policy", "shrinks", "expands", "ctrl removals", "partitions",
-                   "<min ISR", "time <min ISR"):
-        table.add_column(column, justify="left" if column == "policy" else "right",
-                         no_wrap=True)
-    for row in result.summary:
-        table.add_row(row.policy, str(row.shrinks), str(row.expands),
-                      str(row.controller_removals), str(row.partitions),
-                      str(row.partitions_under_min_isr), _duration(row.time_under_min_isr_ms))
-    console.print(table)
-    alerts = Counter((d.labels["alertname"], d.status) for d in result.decisions
-                     if isinstance(d, Alert) and not d.is_repeat)
-    if alerts:
-        names = sorted({name for name, _ in alerts})
-        console.print("alerts (fired/resolved): " + ", ".join(
-            f"{n} {alerts[(n, 'firing')]}/{alerts[(n, 'resolved')]}" for n in names),
-            soft_wrap=True)
-    s = result.stats
-    line = f"{s.lines} events read, {s.accepted} accepted"
-    if s.ignored:
-        line += ", ignored: " + ", ".join(f"{k} {v}" for k, v in sorted(s.ignored.items()))
-    if s.dead_letters:
-        line += ", dead letters: " + ", ".join(
-            f"{k} {v}" for k, v in sorted(s.dead_letters.items()))
-    console.print(line)
-
-
-def print_whatif(whatif: WhatIf, console: Console) -> None:
-    from isr.whatif import COLUMNS, table_cells
-
-    table = Table(title="What-if by policy", title_justify="left", box=box.SIMPLE_HEAD)
-    for key, header in COLUMNS:
-        table.add_column(header, justify="left" if key == "policy" else "right")
-    for row in whatif.rows():
-        table.add_row(*table_cells(row))
-    console.print(table)
-
-
-def make_progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), TransferSpeedColumn(),
-                    TimeRemainingColumn(), console=console, transient=True)

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
+from isr.config import MonitorSettings
 from isr.contract.decisions import IsrChange
-from isr.engine.local import PolicySummary
+from isr.engine.listeners import Listener
+from isr.engine.summary import PolicySummary
 
 HW_STALL_MIN_MS = 1000
 MAX_PLOTTED = 6
@@ -85,45 +87,40 @@ class PolicyRow(PolicySummary):
     hw_stall_ms: int = 0
 
 
-@dataclass
-class WhatIf:
-    """Attach to a LocalEngine (engine.after_apply = whatif.after_apply) before
-    the replay; call finish() after engine.finish()."""
+class WhatIf(Listener):
+    """Follows every partition under every policy as the engine applies the
+    events: add it to a LocalEngine's listeners before the replay, call
+    finish() after engine.finish()."""
 
-    engine: object
-    timelines: dict = field(default_factory=lambda: defaultdict(Timeline))
-    _seen: int = 0
+    def __init__(self, monitor: MonitorSettings) -> None:
+        self.monitor = monitor
+        self.timelines: dict[tuple, Timeline] = defaultdict(Timeline)
+        self.changes: list[IsrChange] = []
+        self.end = -1
 
-    def after_apply(self, key: tuple, ts: int) -> None:
-        self._drain()
-        for policy, parts in self.engine.partitions.items():
-            m = parts.get(key)
-            if m is not None:
-                self.timelines[(policy, key)].observe(
-                    ts, len(m.isr), len(m.replicas), m.min_isr, m.hw, m.leader_leo)
+    def on_change(self, model, change: IsrChange, out: list) -> None:
+        """ISR changes taken at check instants, by the controller, or by a fetch."""
+        self.changes.append(change)
+        tl = self.timelines[(change.policy, model.key)]
+        tl.observe(change.ts, len(change.isr_after), tl.replicas, tl.min_isr, change.hw,
+                   change.leader_leo)
 
-    def _drain(self) -> None:
-        """ISR changes taken at check instants or by the controller."""
-        decisions = self.engine.decisions
-        for d in decisions[self._seen:]:
-            if isinstance(d, IsrChange):
-                tl = self.timelines[(d.policy, (d.cluster, d.topic, d.partition))]
-                tl.observe(d.ts, len(d.isr_after), tl.replicas, tl.min_isr, d.hw, d.leader_leo)
-        self._seen = len(decisions)
+    def on_event(self, model, event, outcome, out: list) -> None:
+        m = model
+        self.timelines[(m.rules.policy, m.key)].observe(
+            event.ts, len(m.isr), len(m.replicas), m.min_isr, m.hw, m.leader_leo)
 
-    def finish(self) -> None:
-        self._drain()
-        end = self.engine.max_ts
+    def finish(self, end: int) -> None:
+        self.end = end
         for tl in self.timelines.values():
             tl.finish(end)
 
     # ------------------------------------------------------------ results
-    def rows(self) -> list[PolicyRow]:
-        rows = {s.policy: PolicyRow(**asdict(s)) for s in self.engine.summary()}
-        flap_window = 2 * self.engine.monitor.replica_lag_time_max_ms
+    def rows(self, summary: list[PolicySummary]) -> list[PolicyRow]:
+        rows = {s.policy: PolicyRow(**asdict(s)) for s in summary}
+        flap_window = 2 * self.monitor.replica_lag_time_max_ms
         removed_at: dict[tuple, int] = {}
-        for d in sorted((d for d in self.engine.decisions if isinstance(d, IsrChange)),
-                        key=lambda d: (d.ts, d.seq)):
+        for d in sorted(self.changes, key=lambda d: (d.ts, d.seq)):
             row = rows[d.policy]
             for r in d.replicas:
                 k = (d.policy, d.cluster, d.topic, d.partition, r)
@@ -160,14 +157,14 @@ def table_cells(row: PolicyRow) -> list[str]:
     return [_seconds(values[k]) if k.endswith("_ms") else str(values[k]) for k, _ in COLUMNS]
 
 
-def write_report(whatif: WhatIf, directory: str, sources: list[str]) -> list[Path]:
+def write_report(whatif: WhatIf, rows: list[PolicyRow], directory: str,
+                 sources: list[str]) -> list[Path]:
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    rows = whatif.rows()
     differing = whatif.differing_partitions()
     md = ["# What-if: the same events under several ISR policies", "",
           f"Input: {', '.join(sources)}; replica.lag.time.max.ms = "
-          f"{whatif.engine.monitor.replica_lag_time_max_ms}.", "",
+          f"{whatif.monitor.replica_lag_time_max_ms}.", "",
           "| " + " | ".join(h for _, h in COLUMNS) + " |",
           "|" + "---|" * len(COLUMNS)]
     md += ["| " + " | ".join(table_cells(r)) + " |" for r in rows]
@@ -196,9 +193,9 @@ def plot(whatif: WhatIf, keys: list[tuple], path: Path) -> Path:
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    policies = whatif.engine.policies
+    policies = whatif.monitor.policy
     start = min(tl.steps[0][0] for tl in whatif.timelines.values() if tl.steps)
-    end = whatif.engine.max_ts
+    end = whatif.end
     fig, axes = plt.subplots(len(keys), 1, figsize=(10, 2.6 * len(keys)), sharex=True,
                              squeeze=False)
     for ax, key in zip(axes[:, 0], keys):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from isr.config import MonitorSettings
 from isr.contract import IsrChange, IsrPropagation, Rejection, validate
+from isr.contract.decisions import output_order
 from isr.engine.local import LocalEngine
 
 T0 = 1_800_000_000_000
@@ -59,11 +60,11 @@ class Result:
 
     @property
     def changes(self) -> list[IsrChange]:
-        return [d for d in self.engine.sorted_decisions() if isinstance(d, IsrChange)]
+        return [d for d in sorted(self.engine.decisions, key=output_order) if isinstance(d, IsrChange)]
 
     @property
     def propagations(self) -> list[IsrPropagation]:
-        return [d for d in self.engine.sorted_decisions() if isinstance(d, IsrPropagation)]
+        return [d for d in sorted(self.engine.decisions, key=output_order) if isinstance(d, IsrPropagation)]
 
     def model(self, policy=None, topic: str = TOPIC, partition: int = 0):
         policy = policy or self.engine.policies[0]

@@ -6,14 +6,15 @@ from __future__ import annotations
 from helpers import T0, append, event, fetch, fetch_start, leader, run
 
 from isr.config import AlertSettings, MonitorSettings
-from isr.contract.decisions import Alert
+from isr.contract.decisions import Alert, output_order
+from isr.engine import snapshot
 from isr.engine.local import LocalEngine
 
 
 def transitions(result, name: str, replica=None) -> list[tuple]:
     """(t rel. T0, status, startsAt rel. T0) of one alert, in output order."""
     out = []
-    for d in result.engine.sorted_decisions():
+    for d in sorted(result.engine.decisions, key=output_order):
         if isinstance(d, Alert) and d.labels["alertname"] == name and (
                 replica is None or d.labels.get("replica") == str(replica)):
             started = int(d.id.split("/")[1]) - T0
@@ -130,14 +131,14 @@ def test_repeat_interval_resends_a_firing_alert():
 def test_a_restart_from_a_snapshot_neither_refires_nor_loses_a_resolve():
     events = outage()
     whole = run(events)
-    expected = [d for d in whole.engine.sorted_decisions() if isinstance(d, Alert)]
+    expected = [d for d in whole.engine.decisions if isinstance(d, Alert)]
     for cut in (47_000, 62_000, 78_000):  # AtMinIsr firing / UnderReplicated pending / both
         monitor = MonitorSettings(policy=["kafka"])
         first = LocalEngine(monitor)
         for seq, ev in enumerate(e for e in events if e.ts < cut):
             first.submit(ev, seq)
         before = first.take_decisions()
-        second = LocalEngine.restore(monitor, first.snapshot())
+        second = snapshot.restore(monitor, snapshot.snapshot(first))
         for seq, ev in enumerate(e for e in events if e.ts >= cut):
             second.submit(ev, 10_000 + seq)
         second.finish()

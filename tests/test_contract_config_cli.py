@@ -57,7 +57,7 @@ def test_leader_event_consistency_is_checked():
 
 def test_valid_fetch_defaults():
     ev = decode(json.dumps(FETCH))
-    assert isinstance(ev, Fetch) and ev.cluster == "default" and ev.fetch_ts == 10
+    assert ev.type == "fetch" and ev.cluster == "default" and ev.fetch_ts == 10
 
 
 # ---------------------------------------------------------------- config

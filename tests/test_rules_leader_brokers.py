@@ -5,6 +5,7 @@ from helpers import T0, append, apply_now, broker, fetch, leader, run
 
 from isr.config import MonitorSettings
 from isr.replay import replay
+from isr.contract.fast import encode
 
 
 def _with_fetches():
@@ -63,7 +64,7 @@ def test_leader_is_always_in_the_isr():
 
 def test_leader_change_without_higher_epoch_is_rejected(tmp_path):
     path = tmp_path / "e.jsonl"
-    path.write_text(leader(0).model_dump_json() + "\n" + leader(10, leader=2).model_dump_json())
+    path.write_bytes(encode(leader(0)) + b"\n" + encode(leader(10, leader=2)))
     result = replay([str(path)], MonitorSettings())
     (dl,) = result.dead_letters
     assert (dl.offset, dl.reason_class) == (2, "model")

@@ -4,6 +4,7 @@ from helpers import T0, append, event, fetch, fetch_start, leader, run
 
 from isr.config import MonitorSettings
 from isr.replay import replay
+from isr.contract.fast import encode
 
 
 def _stalled_follower(until: int, **kw):
@@ -62,7 +63,7 @@ def test_events_are_applied_in_ts_then_arrival_order():
 def test_late_events_are_dead_lettered_never_applied(tmp_path):
     lines = [leader(0, replicas=[1, 2], isr=[1, 2]), append(10000, 10), fetch(1000, 2, 10, 10)]
     path = tmp_path / "events.jsonl"
-    path.write_text("".join(e.model_dump_json() + "\n" for e in lines))
+    path.write_bytes(b"".join(encode(e) + b"\n" for e in lines))
     result = replay([str(path)], MonitorSettings(allowed_lateness_ms=5000))
     assert [(d.reason_class, d.offset) for d in result.dead_letters] == [("late", 3)]
     assert "before the watermark" in result.dead_letters[0].reason

@@ -14,8 +14,9 @@ import pytest
 
 from isr.config import POLICIES, load_settings
 from isr.contract import Rejection, decode
-from isr.contract.decisions import IsrChange
-from isr.engine.local import LocalEngine
+from isr.contract.decisions import IsrChange, output_order
+from isr.engine.local import LocalEngine, standard_listeners
+from isr.engine.summary import summary as summary_of
 from isr.sim.cluster import Simulator
 from isr.sim.scenario import Scenario, load_scenario, scenario_names
 from isr.whatif import WhatIf, write_report
@@ -34,15 +35,15 @@ def simulate(sc: Scenario) -> list[dict]:
 def run_policies(sc: Scenario, events: list[dict], extra: list[str] = ()):
     settings = load_settings(None, sc.monitor_overrides() + list(extra)
                              + [f"monitor.policy={','.join(POLICIES)}"])
-    engine = LocalEngine(settings.monitor)
-    whatif = WhatIf(engine)
-    engine.after_apply = whatif.after_apply
+    whatif = WhatIf(settings.monitor)
+    engine = LocalEngine(settings.monitor,
+                         listeners=standard_listeners(settings.monitor) + [whatif])
     for seq, raw in enumerate(orjson.dumps(e) for e in events):
         ev = decode(raw)
         assert not isinstance(ev, Rejection), f"the simulator broke the contract: {ev.reason}"
         assert engine.submit(ev, seq).status == "applied"
     engine.finish()
-    whatif.finish()
+    whatif.finish(engine.max_ts)
     return engine, whatif
 
 
@@ -52,7 +53,7 @@ def test_scenario_decisions_match_what_it_documents(name):
     sc = load_scenario(name, duration)
     assert set(sc.expect) == set(POLICIES), f"{name} must document every policy"
     engine, whatif = run_policies(sc, simulate(sc), extra)
-    changes = [d for d in engine.sorted_decisions() if isinstance(d, IsrChange)]
+    changes = [d for d in sorted(engine.decisions, key=output_order) if isinstance(d, IsrChange)]
     for policy, exp in sc.expect.items():
         mine = [d for d in changes if d.policy == policy]
         leader_shrinks = [d for d in mine if d.action == "shrink" and d.cause == "leader"]
@@ -83,7 +84,7 @@ def test_kafka_4485_pattern_separates_kip16_from_kafka():
     behind = sum(e["fetch_offset"] < e["leader_leo"] for e in fetches)
     assert behind / len(fetches) > 0.95
     engine, _ = run_policies(sc, events)
-    summary = {s.policy: s for s in engine.summary()}
+    summary = {s.policy: s for s in summary_of(engine, engine.decisions)}
     assert summary["kafka"].shrinks == 0 and summary["kip16"].shrinks == 1
 
 
@@ -210,7 +211,7 @@ def test_bad_scenarios_are_one_line_errors(tmp_path):
 def test_whatif_report_numbers_and_plot_for_kip501(tmp_path):
     sc = load_scenario("kip501-slow-leader")
     engine, whatif = run_policies(sc, simulate(sc))
-    rows = {r.policy: r for r in whatif.rows()}
+    rows = {r.policy: r for r in whatif.rows(summary_of(engine, engine.decisions))}
     # kafka: both followers out from +30 s until served at ~+45.08 s; the
     # leader alone (RF 3) and under min ISR 2 the whole time; both flap back.
     k = rows["kafka"]
@@ -221,7 +222,7 @@ def test_whatif_report_numbers_and_plot_for_kip501(tmp_path):
     assert 24000 <= rows["kip501"].hw_stall_ms <= 26000
     # kip16's leader alone moves the HW by itself (acks=all behaves like acks=1).
     assert rows["kip16"].hw_stall_ms < 11000
-    written = write_report(whatif, str(tmp_path), ["events.jsonl"])
+    written = write_report(whatif, list(rows.values()), str(tmp_path), ["events.jsonl"])
     names = sorted(p.name for p in written)
     assert names == ["isr_size.png", "whatif.json", "whatif.md"]
     assert (tmp_path / "isr_size.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -250,8 +251,8 @@ def test_replay_report_from_the_command_line(tmp_path):
 
 def test_flaps_count_expands_soon_after_a_removal():
     sc = load_scenario("demo")
-    _, whatif = run_policies(sc, simulate(sc))
-    rows = {r.policy: r for r in whatif.rows()}
+    engine, whatif = run_policies(sc, simulate(sc))
+    rows = {r.policy: r for r in whatif.rows(summary_of(engine, engine.decisions))}
     # Two pauses; every removal is followed by the replica's return within ms.
     assert rows["kafka"].flaps == rows["kafka"].expands == 12
     assert rows["legacy"].flaps == 8

@@ -1,4 +1,4 @@
-"""Output contract: the monitor's decisions (events.md, "Output: decisions").
+"""Output contract: the monitor's decisions (docs/contract.md, "Output").
 
 Field order is the serialisation order, so the same decision always gives the
 same bytes (replay engines are compared byte for byte).
@@ -10,7 +10,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict
 
-Policy = Literal["kafka", "kip16", "legacy", "kip501"]
+from isr.contract.policies import POLICY_ORDER, Policy
 
 
 class _Out(BaseModel):
@@ -105,7 +105,7 @@ class IsrPropagation(_Out):
 
 
 class Alert(_Out):
-    """An alert's status change, Alertmanager-compatible (alerts.md)."""
+    """An alert's status change, Alertmanager-compatible (docs/alerts.md)."""
 
     type: Literal["alert"] = "alert"
     # fingerprint/startsAt(ms)/status/ts(ms): unique per transition or repeat.
@@ -153,6 +153,15 @@ DECISION_TYPES = {
 }
 
 
-def alert_order_fields(a: Alert) -> tuple[str, str, int, str]:
-    labels = a.labels
-    return labels["cluster"], labels["topic"], int(labels["partition"]), labels["policy"]
+def output_order(d) -> tuple:
+    """Canonical order of decisions: the same for every engine and batching."""
+    if isinstance(d, IsrChange):
+        return (d.ts, d.cluster, d.topic, d.partition, POLICY_ORDER[d.policy], 0, d.seq)
+    if isinstance(d, IsrPropagation):
+        return (d.ts, d.cluster, "", -1, POLICY_ORDER[d.policy], 1, d.broker)
+    if isinstance(d, Alert):
+        labels = d.labels
+        return (d.ts, labels["cluster"], labels["topic"], int(labels["partition"]),
+                POLICY_ORDER[labels["policy"]], 3, d.id)
+    return (d.ts, getattr(d, "cluster", ""), getattr(d, "topic", ""),
+            getattr(d, "partition", -1), POLICY_ORDER.get(getattr(d, "policy", ""), 9), 2, 0)

@@ -1,4 +1,4 @@
-"""Input contract: replica fetch-state events (events.md, schema version 1).
+"""Input contract: replica fetch-state events (docs/contract.md, schema version 1).
 
 Every field that Kafka defines as an offset or a time is a non-negative int;
 `-1` is accepted only where events.md says "unknown" (broker epochs).
@@ -8,7 +8,7 @@ sends those has a bug the operator should hear about.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,8 +20,35 @@ BrokerId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 # Kafka sends -1 for "no broker epoch" (ZooKeeper mode, Fetch < v15).
 BrokerEpoch = Annotated[int, Field(ge=-1, le=MAX_LONG)]
 
-BROKER_STATES = ("registered", "fenced", "unfenced", "controlled_shutdown", "unregistered")
 BrokerState = Literal["registered", "fenced", "unfenced", "controlled_shutdown", "unregistered"]
+BROKER_STATES = get_args(BrokerState)
+
+
+# The checks that span several fields, as plain functions: the pydantic
+# models below and the fast decoder's structs (contract/fast.py) both call
+# them, so each rule is written once. Each returns the reason, or None.
+def impossible_follower_event(ev) -> Optional[str]:
+    if ev.replica == ev.leader:
+        return f"replica {ev.replica} is the leader itself"
+    received_ts = getattr(ev, "received_ts", None)
+    if received_ts is not None and received_ts > ev.ts:
+        return f"received_ts {received_ts} is after ts {ev.ts}"
+    return None
+
+
+def inconsistent_assignment(ev) -> Optional[str]:
+    if len(set(ev.replicas)) != len(ev.replicas):
+        return f"replicas {ev.replicas} has duplicates"
+    if len(set(ev.isr)) != len(ev.isr):
+        return f"isr {ev.isr} has duplicates"
+    if ev.leader not in ev.replicas:
+        return f"leader {ev.leader} is not in replicas {ev.replicas}"
+    outside = [r for r in ev.isr if r not in ev.replicas]
+    if outside:
+        return f"isr members {outside} are not in replicas {ev.replicas}"
+    if ev.hw is not None and ev.hw > ev.leader_epoch_start_offset:
+        return f"hw {ev.hw} is above leader_epoch_start_offset {ev.leader_epoch_start_offset}"
+    return None
 
 
 class _Event(BaseModel):
@@ -53,12 +80,9 @@ class _FollowerEvent(_PartitionEvent):
 
     @model_validator(mode="after")
     def _possible(self):
-        # One validator per model: each costs a Python call per event.
-        if self.replica == self.leader:
-            raise ValueError(f"replica {self.replica} is the leader itself")
-        received_ts = getattr(self, "received_ts", None)
-        if received_ts is not None and received_ts > self.ts:
-            raise ValueError(f"received_ts {received_ts} is after ts {self.ts}")
+        problem = impossible_follower_event(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -97,19 +121,9 @@ class Leader(_PartitionEvent):
 
     @model_validator(mode="after")
     def _consistent_assignment(self):
-        if len(set(self.replicas)) != len(self.replicas):
-            raise ValueError(f"replicas {self.replicas} has duplicates")
-        if len(set(self.isr)) != len(self.isr):
-            raise ValueError(f"isr {self.isr} has duplicates")
-        if self.leader not in self.replicas:
-            raise ValueError(f"leader {self.leader} is not in replicas {self.replicas}")
-        outside = [r for r in self.isr if r not in self.replicas]
-        if outside:
-            raise ValueError(f"isr members {outside} are not in replicas {self.replicas}")
-        if self.hw is not None and self.hw > self.leader_epoch_start_offset:
-            raise ValueError(
-                f"hw {self.hw} is above leader_epoch_start_offset {self.leader_epoch_start_offset}"
-            )
+        problem = inconsistent_assignment(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -133,7 +147,6 @@ class Broker(_Event):
 Event = Annotated[
     Union[Fetch, FetchStart, Append, Leader, Isr, Broker], Field(discriminator="type")
 ]
-PartitionEvent = Union[Fetch, FetchStart, Append, Leader, Isr]
 
 EVENT_TYPES: dict[str, type[_Event]] = {
     "fetch": Fetch,

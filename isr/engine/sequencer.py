@@ -1,11 +1,12 @@
-"""Event-time ordering with bounded lateness, shared by every engine.
+"""Event-time ordering with bounded lateness: the one sequencer of `isr
+replay` and of the Spark job's buckets.
 
 Events of a partition must be applied in `(ts, arrival)` order, and a check
 at T may run only once no event with ts <= T can still arrive. With
 `allowed_lateness_ms` the watermark is `max ts seen - allowed_lateness_ms`:
 an event older than the watermark is late (dead-lettered, never applied out
-of order); the others wait here until the watermark passes them, then leave
-sorted.
+of order); the others are *queued* here until the watermark passes them,
+then leave sorted.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Optional
 
 
 class Sequencer:
-    __slots__ = ("allowed_lateness_ms", "max_ts", "pending", "release_at", "external_watermark")
+    __slots__ = ("allowed_lateness_ms", "max_ts", "queued", "release_at", "external_watermark")
 
     def __init__(self, allowed_lateness_ms: Optional[int], max_ts: int = -1) -> None:
         # None: the watermark is set from outside (Spark's, once per micro-batch).
@@ -24,7 +25,7 @@ class Sequencer:
         self.max_ts = max_ts
         # (ts, seq, event, origin); seq is unique, so entries never compare
         # their events.
-        self.pending: list[tuple[int, int, Any, Any]] = []
+        self.queued: list[tuple[int, int, Any, Any]] = []
         # Sort again once the queue doubled since the last release: keeping
         # order then costs amortised O(1) per event.
         self.release_at = 1024
@@ -45,23 +46,28 @@ class Sequencer:
             return False
         if ts > max_ts:
             self.max_ts = ts
-        self.pending.append((ts, seq, event, origin))
+        self.queued.append((ts, seq, event, origin))
         return True
 
     def release(self) -> list[tuple[int, int, Any, Any]]:
         """Every queued event with ts < watermark, in (ts, seq) order."""
-        pending = self.pending
-        if not pending:
+        queued = self.queued
+        if not queued:
             return []
-        pending.sort()
-        cut = bisect_left(pending, (self.watermark,))
-        ready, self.pending = pending[:cut], pending[cut:]
-        self.release_at = 2 * len(self.pending) + 1024
+        queued.sort()
+        cut = bisect_left(queued, (self.watermark,))
+        ready, self.queued = queued[:cut], queued[cut:]
+        self.release_at = 2 * len(self.queued) + 1024
         return ready
 
     def drain(self) -> list[tuple[int, int, Any, Any]]:
         """End of a bounded input: everything, in order."""
-        ready = sorted(self.pending)
-        self.pending = []
+        ready = sorted(self.queued)
+        self.queued = []
         self.release_at = 1024
         return ready
+
+
+def late_reason(ts: int, watermark: int, allowed_lateness_ms: int) -> str:
+    return (f"ts {ts} is before the watermark {watermark} "
+            f"(allowed lateness {allowed_lateness_ms} ms)")

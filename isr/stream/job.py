@@ -1,5 +1,5 @@
 """The streaming job: Kafka topics in, stateful leader model on Spark,
-decisions out (to Kafka, or to any `write_batch(batch_id, rows)` sink).
+decisions out (to Kafka, or to any `write_batch(batch_id, records)` sink).
 
     source (built-in `kafka` or `isr_kafka`) -> key, value, topic, partition, offset
       -> pre-stage in the JVM: bucket, ts, seq (json_tuple; broker events to every bucket)
@@ -17,9 +17,9 @@ import sys
 from typing import Callable, Optional
 
 from isr.config import Settings
+from isr.contract.records import SPARK_SCHEMA, OutputRecord
 from isr.stream.operator import (
     INPUT_COLUMNS,
-    OUTPUT_SCHEMA,
     PACKED_SCHEMA,
     STATE_SCHEMA,
     make_state_function,
@@ -175,19 +175,19 @@ def decisions_stream(spark, settings: Settings, source_df):
                        settings.monitor.allowed_lateness_ms).select(*INPUT_COLUMNS)
     return prepared.groupBy("bucket").applyInPandasWithState(
         make_state_function(settings.monitor, bucket_labels(settings.stream.state_buckets)),
-        OUTPUT_SCHEMA, STATE_SCHEMA, "append",
+        SPARK_SCHEMA, STATE_SCHEMA, "append",
         GroupStateTimeout.EventTimeTimeout)
 
 
 def start(spark, settings: Settings, write_batch: Callable, source_df=None,
           trigger: Optional[dict] = None, checkpoint: Optional[str] = None):
-    """Start the query; `write_batch(batch_id, rows)` receives each micro-batch's
-    output rows (kind, key, id, ts, value) on the driver."""
+    """Start the query; `write_batch(batch_id, records)` receives each
+    micro-batch's output records (OutputRecord) on the driver."""
     source_df = read_source(spark, settings) if source_df is None else source_df
     out = decisions_stream(spark, settings, source_df)
 
     def each_batch(df, batch_id: int) -> None:
-        write_batch(batch_id, [tuple(r) for r in df.collect()])
+        write_batch(batch_id, [OutputRecord(*r) for r in df.collect()])
 
     trigger = trigger or {"processingTime": settings.stream.trigger_interval}
     return (out.writeStream.foreachBatch(each_batch)
@@ -217,12 +217,12 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
         metrics.serve()
         watch_progress(spark, settings.stream.query_name, metrics.observe_progress)
 
-    def write(batch_id: int, rows: list) -> None:
-        sink.write_batch(batch_id, rows)  # Kafka first: the alert topic is the record
+    def write(batch_id: int, records: list[OutputRecord]) -> None:
+        sink.write_batch(batch_id, records)  # Kafka first: the alert topic is the record
         if deliverer is not None:  # bounded by delivery.batch_budget_s
-            deliverer.deliver(alerts_in(rows))
+            deliverer.deliver(alerts_in(records))
         if metrics is not None:
-            metrics.observe_rows(rows)
+            metrics.observe_records(records)
             if deliverer is not None:
                 metrics.observe_delivery(deliverer.counts, deliverer.pending)
 
@@ -250,8 +250,7 @@ def watch_progress(spark, query_name: str, on_progress: Callable[[dict], None]) 
     spark.streams.addListener(Listener())
 
 
-def alerts_in(rows: list) -> list:
+def alerts_in(records: list[OutputRecord]) -> list:
     from isr.contract.decisions import Alert
 
-    return [Alert.model_validate_json(value) for kind, _k, _i, _t, value in rows
-            if kind == "alert"]
+    return [Alert.model_validate_json(r.value) for r in records if r.kind == "alert"]

@@ -1,12 +1,13 @@
-"""The Spark stateful glue: one state key (bucket) holds the leader models of
-many partitions (an engine snapshot) and the raw events still waiting for the
-watermark.
+"""The Spark stateful glue: one state key (bucket) holds a LocalEngine for
+many partitions: their leader models, the events queued for the watermark,
+the listeners' state (engine/snapshot.py).
 
-Per call it restores the bucket, queues the new rows (late or unreadable ones
-become dead letters at once), decodes and applies what lies below the
-watermark this batch reaches (its largest ts minus the allowed lateness),
+Per call it restores the bucket, decodes the new rows in arrival order and
+offers them to the engine's sequencer (unreadable or late ones become dead
+letters at once), moves the watermark to what this batch reaches (its
+largest ts minus the allowed lateness), which applies what lies below it and
 runs the checks up to it, and returns the decisions, the changed partitions'
-states and the dead letters as rows. No rule lives here.
+states and the dead letters as output records. No rule lives here.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from isr.config import MonitorSettings
 from isr.contract import Rejection, decode
-from isr.contract.decisions import Alert, DeadLetter, IsrChange, IsrPropagation, PartitionState
-from isr.engine.gc_passes import fewer_gc_passes
-from isr.engine.local import LocalEngine, late_reason
+from isr.contract.decisions import DeadLetter
+from isr.contract.records import SUMMARY, OutputRecord, to_record
+from isr.engine import snapshot
+from isr.engine.listeners import TouchedPartitions
+from isr.engine.local import LocalEngine, standard_listeners
+from isr.engine.summary import model_stats
+from isr.gc_tuning import fewer_gc_passes
 
 # Per event, after the pre-stage in job.py; packed per bucket into Arrow IPC
 # blobs (make_packer) so that the stateful operator gets few large rows.
@@ -34,7 +39,6 @@ PACKED_SCHEMA = "bucket int, max_ts long, pack binary"
 # batch the pack came from (not only of its bucket's events): every bucket gets
 # a row from every input batch, so each knows the micro-batch's largest ts.
 INPUT_COLUMNS = ["bucket", "pack", "max_ts", "et"]
-OUTPUT_SCHEMA = "kind string, key string, id string, ts long, value string"
 STATE_SCHEMA = "engine binary"
 # A value that is not an event but the end of a bounded input (replay).
 END_OF_INPUT = b"\x00isr:end-of-input"
@@ -45,32 +49,6 @@ def source_name(topic: str, partition: int) -> str:
     return topic if partition < 0 else f"{topic}/{partition}"
 
 
-def decision_key(d) -> str:
-    return f"{d.cluster}/{d.topic}/{d.partition}"
-
-
-def state_key(s: PartitionState, several_policies: bool) -> str:
-    key = decision_key(s)
-    return f"{key}@{s.policy}" if several_policies else key
-
-
-def output_row(d, several_policies: bool = False) -> tuple:
-    """(kind, key, id, ts, value) for one output record."""
-    if isinstance(d, IsrChange):
-        return ("isr_change", decision_key(d), d.id, d.ts, d.model_dump_json())
-    if isinstance(d, PartitionState):
-        key = state_key(d, several_policies)
-        return ("partition_state", key, f"{key}@{d.ts}", d.ts, d.model_dump_json())
-    if isinstance(d, IsrPropagation):
-        key = f"{d.cluster}/broker-{d.broker}"
-        return ("isr_propagation", key, f"{key}/{d.policy}@{d.ts}", d.ts, d.model_dump_json())
-    if isinstance(d, Alert):
-        return ("alert", d.fingerprint, d.id, d.ts, d.model_dump_json())
-    if isinstance(d, DeadLetter):
-        return ("dead_letter", d.source, f"{d.source}@{d.offset}", -1, d.model_dump_json())
-    raise TypeError(f"not an output record: {type(d).__name__}")
-
-
 def event_schema():
     """The Arrow schema of the packed events."""
     import pyarrow as pa
@@ -79,7 +57,7 @@ def event_schema():
 
 
 def to_ipc(data) -> bytes:
-    """An Arrow table or record batch as IPC stream bytes (packs, state)."""
+    """An Arrow table or record batch as IPC stream bytes (packs)."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
@@ -89,18 +67,18 @@ def to_ipc(data) -> bytes:
 
 
 class Bucket:
-    """One state key: the leader models of its partitions, the raw events
-    still waiting for the watermark (an Arrow table, sorted by ts and arrival;
-    decoded once, when released), the watermark reached, and its layout
-    (bucket index, number of buckets) so that a checkpoint is never read
-    with another one."""
+    """One state key: its engine, and its layout (bucket index, number of
+    buckets) so that a checkpoint is never read with another one."""
 
-    __slots__ = ("engine", "pending", "watermark", "layout")
+    __slots__ = ("engine", "touched", "layout")
 
-    def __init__(self, engine: LocalEngine, pending, watermark: int,
+    def __init__(self, engine: LocalEngine, touched: TouchedPartitions,
                  layout: Optional[tuple[int, int]] = None) -> None:
-        self.engine, self.pending, self.watermark = engine, pending, watermark
-        self.layout = layout
+        self.engine, self.touched, self.layout = engine, touched, layout
+
+    @property
+    def watermark(self) -> int:
+        return self.engine.sequencer.watermark
 
 
 def layout_error(found, expected_buckets: int) -> ValueError:
@@ -111,42 +89,49 @@ def layout_error(found, expected_buckets: int) -> ValueError:
         "labels); start the job with a new stream.checkpoint_location")
 
 
+def version_error(exc: Exception) -> ValueError:
+    return ValueError(f"the state checkpoint cannot be read: {exc}; start the job with a new "
+                      "stream.checkpoint_location")
+
+
 class BucketProcessor:
     """What one call of the stateful function does, without Spark types, so
-    it can be tested and benchmarked on its own. Rows are handled as Arrow
-    columns until an event is released: queueing, sorting and the lateness
-    test cost no Python work per event."""
+    it can be tested and benchmarked on its own."""
 
     def __init__(self, monitor: MonitorSettings) -> None:
         self.monitor = monitor
         self.several = len(monitor.policy) > 1
 
+    def _listeners(self) -> tuple[list, TouchedPartitions]:
+        touched = TouchedPartitions()
+        return standard_listeners(self.monitor) + [touched], touched
+
     def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None) -> Bucket:
         """A bucket from its state (None: a new one). `layout` (index, buckets)
         must be the one the state was saved with."""
+        listeners, touched = self._listeners()
         if blob is None:
-            return Bucket(LocalEngine(self.monitor, external_watermark=True),
-                          event_schema().empty_table(), -1, layout)
-        import pyarrow as pa
-
+            engine = LocalEngine(self.monitor, listeners=listeners, external_watermark=True)
+            return Bucket(engine, touched, layout)
         state = pickle.loads(zlib.decompress(blob))
-        if len(state) != 4 or state[0] != layout:
-            found = state[0] if len(state) == 4 else "without a layout"
+        if len(state) != 2 or state[0] != layout:
+            found = state[0] if len(state) in (2, 4) else "without a layout"
             raise layout_error(found, layout[1] if layout else 0)
-        _, snapshot, pending, watermark = state
-        engine = LocalEngine.restore(self.monitor, snapshot, external_watermark=True)
-        return Bucket(engine, pa.ipc.open_stream(pending).read_all(), watermark, layout)
+        try:
+            engine = snapshot.restore(self.monitor, state[1], listeners=listeners,
+                                      external_watermark=True)
+        except snapshot.StateVersionError as exc:
+            raise version_error(exc) from None
+        return Bucket(engine, touched, layout)
 
     @staticmethod
     def save(bucket: Bucket) -> bytes:
-        # Our own state store entry (never untrusted input), hence pickle; the
-        # models are in the engine's JSON snapshot, waiting events Arrow IPC.
-        state = (bucket.layout, bucket.engine.snapshot(), to_ipc(bucket.pending),
-                 bucket.watermark)
-        return zlib.compress(pickle.dumps(state, protocol=5), 1)
+        # Our own state store entry (never untrusted input), hence pickle.
+        return zlib.compress(pickle.dumps((bucket.layout, snapshot.snapshot(bucket.engine)),
+                                          protocol=5), 1)
 
     def process(self, bucket_id: int, bucket: Bucket, table, watermark: int,
-                batch_max_ts: Optional[int] = None) -> list[tuple]:
+                batch_max_ts: Optional[int] = None) -> list[OutputRecord]:
         """Apply one batch of rows (an Arrow table of event_schema(), in
         arrival order). Rows older than Spark's `watermark` (the previous
         batch's largest ts minus the allowed lateness) are late. Then the
@@ -154,86 +139,66 @@ class BucketProcessor:
         all buckets) minus the lateness, the value Spark will hand the next
         batch: any row that could still come below it will be late, so what
         lies below is applied now, not one batch later."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         engine = bucket.engine
-        late_before = bucket.watermark = max(bucket.watermark, watermark)
+        sequencer = engine.sequencer
+        sequencer.external_watermark = max(sequencer.external_watermark, watermark)
         dead: list[DeadLetter] = []
-        is_end = pc.equal(table["value"], pa.scalar(END_OF_INPUT, pa.binary()))
         end_ts = None
-        if pc.any(is_end).as_py():
-            end_ts = pc.max(table.filter(is_end)["end_ts"]).as_py()
-            table = table.filter(pc.invert(is_end))
-        late = pc.fill_null(pc.less(table["ts"], late_before), True)
-        if pc.any(late).as_py():
-            for row in table.filter(late).to_pylist():
-                self._reject_now(row, bucket_id, late_before, dead)
-            table = table.filter(pc.invert(late))
-        queue = pa.concat_tables([bucket.pending, table])
-        queue = queue.take(pc.sort_indices(queue, [("ts", "ascending"), ("seq", "ascending")]))
-        if batch_max_ts is not None:
-            bucket.watermark = max(bucket.watermark,
-                                   batch_max_ts - self.monitor.allowed_lateness_ms)
-        cut = len(queue) if end_ts is not None else pc.sum(
-            pc.less(queue["ts"], bucket.watermark)).as_py() or 0
-        ready, bucket.pending = queue.slice(0, cut), queue.slice(cut)
-        for value, i in zip(ready["value"].to_pylist(), range(cut)):
+        columns = {name: table.column(name).to_pylist() for name in
+                   ("seq", "key", "value", "topic", "partition", "offset", "broadcast",
+                    "end_ts")}
+        for i, value in enumerate(columns["value"]):
+            if value == END_OF_INPUT:
+                end = columns["end_ts"][i]
+                end_ts = end if end_ts is None else max(end_ts, end)
+                continue
+            origin = self._origin(columns, i)
             event = decode(value)
             if isinstance(event, Rejection):
-                self._dead(dead, ready, i, bucket_id, event.reason, event.reason_class)
+                # A broadcast row (broker event) reaches every bucket; only
+                # bucket 0 reports it.
+                if not columns["broadcast"][i] or bucket_id == 0:
+                    dead.append(DeadLetter.of(*origin, event.reason, event.reason_class))
                 continue
-            outcome = engine.apply_next(event)
-            if outcome.status == "rejected":
-                self._dead(dead, ready, i, bucket_id, outcome.reason, "model")
-        return self._emit(bucket_id, engine, bucket.watermark, end_ts, dead)
-
-    def _reject_now(self, row: dict, bucket_id: int, watermark: int, dead: list) -> None:
-        """A row without a usable ts, or older than the watermark: invalid
-        beats late, as in the local engine."""
-        event = decode(row["value"])
-        if isinstance(event, Rejection):
-            reason, reason_class = event.reason, event.reason_class
-        else:
-            reason, reason_class = late_reason(event.ts, watermark,
-                                               self.monitor.allowed_lateness_ms), "late"
-        self._dead_row(dead, row, bucket_id, reason, reason_class)
-
-    def _dead(self, dead: list, table, i: int, bucket_id: int, reason: str,
-              reason_class: str) -> None:
-        self._dead_row(dead, table.slice(i, 1).to_pylist()[0], bucket_id, reason, reason_class)
-
-    @staticmethod
-    def _dead_row(dead: list, row: dict, bucket_id: int, reason: str, reason_class: str) -> None:
-        # A broadcast row (broker event) reaches every bucket; only bucket 0
-        # reports it.
-        if row["broadcast"] and bucket_id != 0:
-            return
-        topic, partition = row["topic"], row["partition"]
-        # A file reports its line number (the key), a Kafka partition its offset.
-        offset = int(row["key"]) if partition < 0 else row["offset"]
-        dead.append(DeadLetter.of(source_name(topic, partition), offset, row["value"], reason,
-                                  reason_class))
-
-    def _emit(self, bucket_id: int, engine: LocalEngine, watermark: int,
-              end_ts: Optional[int], dead: list) -> list[tuple]:
-        out: list[tuple] = []
+            outcome = engine.submit(event, columns["seq"][i], origin)
+            if outcome.status == "late" and (not columns["broadcast"][i] or bucket_id == 0):
+                dead.append(DeadLetter.of(*origin, outcome.reason, "late"))
+        engine.on_reject = lambda origin, reason: dead.append(
+            DeadLetter.of(*origin, reason, "model"))
         if end_ts is not None:
             engine.finish(until=end_ts)
-            states = [m.view() for p in engine.policies
-                      for _, m in sorted(engine.partitions[p].items())]
-            engine.touched.clear()
-            out.append(("summary", str(bucket_id), f"summary/{bucket_id}", end_ts,
-                        json.dumps(engine.model_stats())))
-        else:
-            engine.advance_watermark(watermark)
-            states = None
-        decisions = engine.take_decisions()
-        if states is None:
-            states = engine.take_touched_states()
-        out.extend(output_row(d, self.several) for d in decisions)
-        out.extend(output_row(s, self.several) for s in states)
-        out.extend(output_row(d) for d in dead)
+            return self._emit(engine, [to_record(s, self.several) for s in engine.states()],
+                              dead, OutputRecord(SUMMARY, str(bucket_id), f"summary/{bucket_id}",
+                                                 end_ts, json.dumps(model_stats(engine))))
+        new = watermark if batch_max_ts is None else max(
+            watermark, batch_max_ts - self.monitor.allowed_lateness_ms)
+        engine.advance_watermark(new)
+        states = [to_record(m.view(), self.several) for key in bucket.touched.take()
+                  for m in self._models(engine, key)]
+        return self._emit(engine, states, dead)
+
+    @staticmethod
+    def _origin(columns: dict, i: int) -> tuple[str, int, str]:
+        """(source, offset, raw) of row i: a file reports its line number (the
+        key), a Kafka partition its offset."""
+        topic, partition = columns["topic"][i], columns["partition"][i]
+        offset = int(columns["key"][i]) if partition < 0 else columns["offset"][i]
+        return (source_name(topic, partition), offset,
+                columns["value"][i].decode("utf-8", "backslashreplace"))
+
+    @staticmethod
+    def _models(engine: LocalEngine, key: tuple):
+        for policy in engine.policies:
+            m = engine.partitions[policy].get(key)
+            if m is not None:
+                yield m
+
+    def _emit(self, engine: LocalEngine, states: list[OutputRecord], dead: list[DeadLetter],
+              *extra: OutputRecord) -> list[OutputRecord]:
+        engine.on_reject = None
+        out = [*extra, *(to_record(d, self.several) for d in engine.take_decisions())]
+        out.extend(states)
+        out.extend(to_record(d) for d in dead)
         return out
 
 
@@ -298,13 +263,13 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int]):
         with fewer_gc_passes():
             rows = _call(_processor(settings_json), (bucket, len(labels)), pdfs, state)
         if rows:
-            yield pd.DataFrame(rows, columns=["kind", "key", "id", "ts", "value"])
+            yield pd.DataFrame(rows, columns=list(OutputRecord._fields))
 
     return process_bucket
 
 
 def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
-          state) -> list[tuple]:
+          state) -> list[OutputRecord]:
     """Restore the bucket (index, buckets), apply the batch's rows, save it."""
     bucket = layout[0]
     bucket_state = processor.restore(state.get[0] if state.exists else None, layout)

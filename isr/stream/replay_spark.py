@@ -13,7 +13,9 @@ from typing import Optional
 
 from isr.config import Settings
 from isr.contract import DECISION_TYPES, Rejection, decode
-from isr.engine.local import output_order, summarize
+from isr.contract.decisions import output_order
+from isr.contract.records import SUMMARY, OutputRecord
+from isr.engine.summary import summarize
 from isr.replay import ReplayResult, ReplayStats
 
 
@@ -67,11 +69,12 @@ def replay_spark(sources: list[str], settings: Settings, spark=None,
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def collect(rows: list[tuple], settings: Settings, lines: int = 0) -> ReplayResult:
-    """Turn the job's output rows into what `isr replay` prints."""
+def collect(records: list[OutputRecord], settings: Settings, lines: int = 0) -> ReplayResult:
+    """Turn the job's output records into what `isr replay` prints."""
     decisions, states, dead, stats = [], {}, [], {}
-    for kind, key, _id, _ts, value in rows:
-        if kind == "summary":
+    for r in records:
+        kind, value = r.kind, r.value
+        if kind == SUMMARY:
             for policy, numbers in json.loads(value).items():
                 total = stats.setdefault(policy, [0, 0, 0])
                 for i, n in enumerate(numbers):

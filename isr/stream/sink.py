@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 from confluent_kafka import KafkaError, TopicPartition
 
 from isr.config import OutputSettings
+from isr.contract.records import OutputRecord
 from isr.kafka.client import consumer, producer, send, topic_partitions
 
 H_QUERY, H_BATCH, H_ID = "isr.query", "isr.batch", "isr.id"
@@ -99,9 +100,9 @@ class KafkaSink:
         return ids
 
     # ------------------------------------------------------------ write
-    def write_batch(self, batch_id: int, rows: Iterable) -> int:
-        """Write one micro-batch's (kind, key, id, ts, value) rows; returns how
-        many records were produced (0 for a batch already committed)."""
+    def write_batch(self, batch_id: int, records: Iterable[OutputRecord]) -> int:
+        """Write one micro-batch's output records; returns how many were
+        produced (0 for a batch already committed)."""
         if self._committed is None:
             self._committed = self._last_commit()
         last_batch, offsets = self._committed
@@ -123,11 +124,11 @@ class KafkaSink:
 
         produced = 0
         headers_base = [(H_QUERY, self.query), (H_BATCH, str(batch_id))]
-        for kind, key, record_id, _ts, value in rows:
-            topic = self.topics.get(kind)  # (replay's summary rows have no topic)
-            if topic is None or record_id in skip:
+        for r in records:
+            topic = self.topics.get(r.kind)  # (internal records have no topic)
+            if topic is None or r.id in skip:
                 continue
-            self._produce(topic, key, value, headers_base + [(H_ID, record_id)], delivered)
+            self._produce(topic, r.key, r.value, headers_base + [(H_ID, r.id)], delivered)
             produced += 1
         self._flush(errors)
         commit = json.dumps({"batch": batch_id, "offsets": offsets}, sort_keys=True)

@@ -1,4 +1,5 @@
-"""Fewer cyclic garbage collector passes while the engine runs.
+"""Fewer cyclic garbage collector passes while the engine runs (replay and
+the Spark job's buckets).
 
 The engine allocates an object per event while holding many live ones
 (partition models, queued events); with CPython's default thresholds the

@@ -1,0 +1,53 @@
+"""The alert rules as an engine listener: one Watch per partition and policy,
+evaluated around every step of its model (evaluator.py says when)."""
+
+from __future__ import annotations
+
+from isr.alerts.evaluator import AlertEvaluator
+from isr.alerts.watch import Watch
+from isr.config import AlertSettings
+from isr.engine.listeners import Listener
+
+
+class AlertListener(Listener):
+    name = "alerts"
+
+    def __init__(self, cfg: AlertSettings, replica_lag_time_max_ms: int) -> None:
+        self.evaluator = AlertEvaluator(cfg, replica_lag_time_max_ms)
+        self.watches: dict[tuple, Watch] = {}  # (policy, cluster, topic, partition) -> Watch
+        self._last: tuple = (None, None)  # (model, watch): one event calls several hooks
+
+    def _watch(self, model) -> Watch:
+        last_model, w = self._last
+        if last_model is model:
+            return w
+        key = (model.rules.policy, *model.key)
+        w = self.watches.get(key)
+        if w is None:
+            w = self.watches[key] = Watch(model.cluster, model.topic, model.partition,
+                                          model.rules.policy)
+        self._last = (model, w)
+        return w
+
+    def on_advance(self, model, until: int, inclusive: bool, out: list) -> None:
+        self.evaluator.advance(self._watch(model), model, until, inclusive, out)
+
+    def on_change(self, model, change, out: list) -> None:
+        self.evaluator.on_change(self._watch(model), model, change, out)
+
+    def on_event(self, model, event, outcome, out: list) -> None:
+        w = self._watch(model)
+        if outcome is None:
+            self.evaluator.after_event(w, model, event, out)
+        else:  # ignored or rejected: the feed is alive, nothing else changed
+            w.last_event_ts = event.ts
+            self.evaluator.advance(w, model, event.ts, True, out)
+
+    def to_state(self) -> list:
+        return [w.to_list() for _key, w in sorted(self.watches.items())]
+
+    def from_state(self, state: list) -> None:
+        self._last = (None, None)
+        for row in state:
+            w = Watch.from_list(row)
+            self.watches[(w.policy, w.cluster, w.topic, w.partition)] = w

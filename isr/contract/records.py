@@ -1,0 +1,59 @@
+"""The output record: one decision (or dead letter) as the job writes it.
+
+Every engine produces these; the Kafka sink, the Prometheus metrics, the
+job's foreachBatch and `isr replay --engine spark` read them by field name.
+`kind` is a decision type, or one of the job's own `INTERNAL_KINDS` (they
+carry bookkeeping from the stateful stage to the driver and are never written
+to Kafka).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from isr.contract.decisions import (Alert, DeadLetter, IsrChange, IsrPropagation,
+                                    PartitionState)
+
+SUMMARY = "summary"  # end of a bounded input: a bucket's model statistics
+INTERNAL_KINDS = frozenset({SUMMARY})
+
+
+class OutputRecord(NamedTuple):
+    kind: str   # isr_change | partition_state | isr_propagation | alert | dead_letter | internal
+    key: str    # the Kafka message key (compaction and per-partition order)
+    id: str     # deterministic: the same decision always has the same id
+    ts: int     # event time of the decision (-1 for dead letters)
+    value: str  # the record as JSON
+
+
+# Spark's DDL for the same fields (the stateful stage's output schema).
+SPARK_SCHEMA = "kind string, key string, id string, ts long, value string"
+
+
+def partition_key(d) -> str:
+    return f"{d.cluster}/{d.topic}/{d.partition}"
+
+
+def state_key(s: PartitionState, several_policies: bool) -> str:
+    key = partition_key(s)
+    return f"{key}@{s.policy}" if several_policies else key
+
+
+def to_record(d, several_policies: bool = False) -> OutputRecord:
+    """The record for one decision (several_policies: partition_state keys
+    carry the policy, so that each policy keeps its own compacted state)."""
+    if isinstance(d, IsrChange):
+        return OutputRecord("isr_change", partition_key(d), d.id, d.ts, d.model_dump_json())
+    if isinstance(d, PartitionState):
+        key = state_key(d, several_policies)
+        return OutputRecord("partition_state", key, f"{key}@{d.ts}", d.ts, d.model_dump_json())
+    if isinstance(d, IsrPropagation):
+        key = f"{d.cluster}/broker-{d.broker}"
+        return OutputRecord("isr_propagation", key, f"{key}/{d.policy}@{d.ts}", d.ts,
+                            d.model_dump_json())
+    if isinstance(d, Alert):
+        return OutputRecord("alert", d.fingerprint, d.id, d.ts, d.model_dump_json())
+    if isinstance(d, DeadLetter):
+        return OutputRecord("dead_letter", d.source, f"{d.source}@{d.offset}", -1,
+                            d.model_dump_json())
+    raise TypeError(f"not an output record: {type(d).__name__}")

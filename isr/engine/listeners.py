@@ -1,0 +1,64 @@
+"""What the engine tells its listeners (alerts, ZooKeeper-era propagation, the
+what-if timelines, partition-state output).
+
+The engine drives each partition's model under each policy; after each step
+it tells every listener what happened, in this order for one event: time
+passed up to the event (`on_advance`, after the checks that fell before it),
+each ISR change the model committed (`on_change`), then the event itself
+(`on_event`, with the model's outcome). `on_time` says that every partition
+has reached an instant (the watermark, or the end of a bounded input).
+Listeners may append their own output records to `out`. A listener that
+keeps state between batches implements `to_state` / `from_state`; the
+engine's snapshot stores it under `name`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class Listener:
+    name = ""  # set by listeners that keep state across snapshots
+
+    def on_advance(self, model, until: int, inclusive: bool, out: list) -> None:
+        """The model ran its checks up to `until` (and at it, if inclusive)."""
+
+    def on_change(self, model, change, out: list) -> None:
+        """The model committed an ISR change (`change.ts`; the model is past it)."""
+
+    def on_event(self, model, event, outcome: Optional[tuple[str, str]], out: list) -> None:
+        """The model took the event: outcome None (applied), or (ignored|rejected, reason)."""
+
+    def on_time(self, until: int, inclusive: bool, out: list) -> None:
+        """Every partition has reached `until`."""
+
+    def to_state(self) -> Any:
+        return None
+
+    def from_state(self, state: Any) -> None:
+        pass
+
+
+def hooks(listeners: list[Listener], name: str) -> list:
+    """The bound methods of the listeners that override `name` (the engine
+    calls only these, so an unused hook costs nothing per event)."""
+    base = getattr(Listener, name)
+    return [getattr(l, name) for l in listeners if getattr(type(l), name) is not base]
+
+
+class TouchedPartitions(Listener):
+    """Which partitions changed since the last `take()`: the stream writes a
+    partition_state record for each."""
+
+    def __init__(self) -> None:
+        self.touched: set[tuple] = set()
+
+    def on_change(self, model, change, out: list) -> None:
+        self.touched.add(model.key)
+
+    def on_event(self, model, event, outcome, out: list) -> None:
+        self.touched.add(model.key)
+
+    def take(self) -> list[tuple]:
+        touched, self.touched = self.touched, set()
+        return sorted(touched)

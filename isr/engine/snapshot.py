@@ -1,0 +1,80 @@
+"""An engine's whole state as bytes and back: what the Spark job keeps in its
+state store per bucket, and what the restore tests round-trip.
+
+Everything needed to continue exactly where the engine stands is in it:
+every partition's model, the broker registries, the events still queued for
+the watermark, and the state of each listener that keeps some (alerts,
+propagation), under the listener's name. Decisions already taken are not.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable, Optional
+
+import orjson
+
+from isr.config import MonitorSettings
+from isr.contract.decode import Rejection, decode
+from isr.contract.fast import encode
+from isr.engine.local import LocalEngine
+from isr.model.brokers import Brokers
+from isr.model.partition import PartitionModel
+
+VERSION = 3  # 3: listeners' states by name
+
+
+class StateVersionError(ValueError):
+    pass
+
+
+def snapshot(engine: LocalEngine) -> bytes:
+    """Origins of queued events must be JSON-able."""
+    seq = engine.sequencer
+    queued = [[ts, s, encode(ev).decode(), origin] for ts, s, ev, origin in seq.queued]
+    return orjson.dumps({
+        "v": VERSION,
+        "policies": engine.policies,
+        "partitions": {p: [m.to_list() for m in parts.values()]
+                       for p, parts in engine.partitions.items()},
+        "brokers": {c: b.to_list() for c, b in engine.brokers.items()},
+        "sequencer": [seq.max_ts, queued, seq.external_watermark],
+        "max_ts": engine.max_ts,
+        "ignored": dict(engine.ignored),
+        "listeners": {l.name: l.to_state() for l in engine.listeners if l.name},
+    })
+
+
+def restore(monitor: MonitorSettings, blob: bytes,
+            on_reject: Optional[Callable[[Any, str], None]] = None,
+            external_watermark: bool = False, listeners=None) -> LocalEngine:
+    data = orjson.loads(blob)
+    if data.get("v") != VERSION:
+        raise StateVersionError(
+            f"engine state version {data.get('v')} is not {VERSION}: it was written by "
+            "another version of isr-monitor")
+    if list(monitor.policy) != data["policies"]:
+        raise ValueError(f"state was written for policies {data['policies']}, "
+                         f"the configuration says {list(monitor.policy)}")
+    engine = LocalEngine(monitor, policies=data["policies"], listeners=listeners,
+                         on_reject=on_reject, external_watermark=external_watermark)
+    for policy, rows in data["partitions"].items():
+        rules = engine.rules[policy]
+        models = (PartitionModel.from_list(rules, row) for row in rows)
+        engine.partitions[policy] = {m.key: m for m in models}
+    engine.brokers = {c: Brokers.from_list(rows) for c, rows in data["brokers"].items()}
+    max_ts, queued, external = data["sequencer"]
+    engine.sequencer.max_ts = max_ts
+    engine.sequencer.external_watermark = external
+    for ts, seq, raw, origin in queued:
+        event = decode(raw)
+        if isinstance(event, Rejection):  # only if the contract itself changed
+            raise StateVersionError(f"a queued event no longer validates: {event.reason}")
+        engine.sequencer.queued.append((ts, seq, event, origin))
+    engine.max_ts = data["max_ts"]
+    engine.ignored = Counter(data["ignored"])
+    states = data["listeners"]
+    for listener in engine.listeners:
+        if listener.name in states:
+            listener.from_state(states[listener.name])
+    return engine
