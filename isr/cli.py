@@ -1,4 +1,4 @@
-"""The `isr` command (config.md, "Commands")."""
+"""The `isr` command (README, "Commands")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Configuration (config.md): TOML file < environment (ISR_<SECTION>__<KEY>) < --set.
+"""Configuration (README, "Configuration"): TOML file < environment
+(ISR_<SECTION>__<KEY>) < --set.
 
 Everything is validated before any work starts; an unknown key or a bad value
 becomes one `ConfigError` line that names the key.
@@ -11,7 +12,8 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, create_model,
+                      field_validator, model_validator)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -20,8 +22,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-PolicyName = Literal["kafka", "kip16", "legacy", "kip501"]
-POLICIES: tuple[str, ...] = ("kafka", "kip16", "legacy", "kip501")
+from isr.alerts.catalog import CATALOG, RULE_NAMES, THRESHOLDS
+from isr.contract.policies import Policy
+
+PolicyName = Policy
 DEFAULT_CONFIG = Path("conf/isr.toml")
 
 PositiveMs = Annotated[int, Field(gt=0)]
@@ -45,57 +49,33 @@ Severity = Literal["critical", "warning", "info"]
 NonNegMs = Annotated[int, Field(ge=0)]
 
 
-class AlertRule(_Section):
-    """One rule of alerts.md. Thresholds a rule does not use are ignored."""
-
-    enabled: bool = True
-    severity: Severity = "warning"
-    for_ms: NonNegMs = 0  # how long the condition must hold before it fires
-    changes: Annotated[int, Field(ge=1)] = 4           # IsrFlapping: decisions ...
-    window_ms: PositiveMs = 300000                      # ... within this window
-    warn_ratio: Annotated[float, Field(gt=0)] = 0.5     # FollowerLagging: of the lag limit
-    stall_ms: PositiveMs = 10000                        # HighWatermarkStalled
-    follower_fetch_process_time_max_ms: PositiveMs = 500  # SlowLeaderFetch (KIP-501's name)
-    silent_ms: PositiveMs = 60000                       # PartitionSilent
-
-
-def _rule(severity: str, **kw: Any) -> AlertRule:
-    return AlertRule(severity=severity, **kw)
-
-
-RULE_DEFAULTS: dict[str, AlertRule] = {
-    "UnderMinIsr": _rule("critical"),
-    "AtMinIsr": _rule("warning"),
-    "LeaderOnlyIsr": _rule("critical"),
-    "UnderReplicated": _rule("warning", for_ms=30000),
-    "IsrFlapping": _rule("warning"),
-    "FollowerLagging": _rule("warning"),
-    "HighWatermarkStalled": _rule("warning"),
-    "SlowLeaderFetch": _rule("warning"),
-    "IsrDivergence": _rule("warning", for_ms=10000),
-    "PartitionSilent": _rule("warning"),
-}
-RuleName = Literal["UnderMinIsr", "AtMinIsr", "LeaderOnlyIsr", "UnderReplicated", "IsrFlapping",
-                   "FollowerLagging", "HighWatermarkStalled", "SlowLeaderFetch", "IsrDivergence",
-                   "PartitionSilent"]
+# One rule's settings (catalog.py declares the rules): whether it runs, its
+# severity, how long its condition must hold before it fires, and every
+# rule's thresholds (a rule reads only its own).
+AlertRule = create_model(
+    "AlertRule", __base__=_Section,
+    enabled=(bool, True), severity=(Severity, "warning"), for_ms=(NonNegMs, 0),
+    **{name: (t.type, t.default) for name, (_rule, t) in THRESHOLDS.items()})
+RULE_DEFAULTS: dict[str, BaseModel] = {
+    r.name: AlertRule(severity=r.severity, for_ms=r.for_ms) for r in CATALOG}
+RuleName = Literal[RULE_NAMES]  # type: ignore[valid-type]
+# Changes to a rule's defaults: the same fields, each optional.
+AlertRulePatch = create_model(
+    "AlertRulePatch", __base__=_Section,
+    **{name: (Optional[f.annotation], None) if not f.metadata else
+       (Optional[Annotated[(f.annotation, *f.metadata)]], None)  # type: ignore[misc]
+       for name, f in AlertRule.model_fields.items()})
 
 
-class AlertRulePatch(_Section):
-    """Changes to a rule's defaults (only the fields given)."""
-
-    enabled: Optional[bool] = None
-    severity: Optional[Severity] = None
-    for_ms: Optional[NonNegMs] = None
-    changes: Optional[Annotated[int, Field(ge=1)]] = None
-    window_ms: Optional[PositiveMs] = None
-    warn_ratio: Optional[Annotated[float, Field(gt=0)]] = None
-    stall_ms: Optional[PositiveMs] = None
-    follower_fetch_process_time_max_ms: Optional[PositiveMs] = None
-    silent_ms: Optional[PositiveMs] = None
+def _check_thresholds(rule: str, patch: BaseModel, where: str) -> None:
+    for name in patch.model_dump(exclude_none=True):
+        owner = THRESHOLDS.get(name, (rule, None))[0]
+        if owner != rule:
+            raise ValueError(f"{where}.{rule}: {name} is a threshold of {owner}, not of {rule}")
 
 
 class AlertSettings(_Section):
-    """alerts.md, evaluated in event time by the engine. `rules` changes a
+    """The alert rules (docs/alerts.md), evaluated in event time by the engine. `rules` changes a
     rule's defaults; `topics."<name>"` changes them again for one topic."""
 
     enabled: bool = True
@@ -104,7 +84,16 @@ class AlertSettings(_Section):
     rules: dict[RuleName, AlertRulePatch] = {}
     topics: dict[str, dict[RuleName, AlertRulePatch]] = {}
 
-    def rule(self, name: str, topic: str) -> AlertRule:
+    @model_validator(mode="after")
+    def _own_thresholds(self):
+        for rule, patch in self.rules.items():
+            _check_thresholds(rule, patch, "rules")
+        for topic, patches in self.topics.items():
+            for rule, patch in patches.items():
+                _check_thresholds(rule, patch, f'topics."{topic}"')
+        return self
+
+    def rule(self, name: str, topic: str):
         rule = RULE_DEFAULTS[name]
         for patch in (self.rules.get(name), self.topics.get(topic, {}).get(name)):
             if patch is not None:

@@ -6,14 +6,16 @@ applies the events, and writes DIR/whatif.md (a table per policy), DIR/whatif.js
 (the same numbers) and DIR/isr_size.png (ISR size over time per policy for the
 partitions where the policies disagree).
 
-Definitions (docs/simulator.md repeats them):
-- flap: an expand of a replica less than `2 * replica_lag_time_max_ms` after
-  the same replica was removed from the same partition;
+Definitions (isr/model/health.py; docs/simulator.md repeats them), the same
+as the alert rules' with the same settings:
+- flaps: the times a partition started flapping (IsrFlapping: at least
+  `changes` ISR changes within `window_ms`);
 - time under min ISR: ISR size < the partition's effective min.insync.replicas;
 - time leader alone: ISR = the leader alone while the partition has more
-  than one replica;
+  than one replica (LeaderOnlyIsr);
 - HW stall time: stretches in which the HW stays below the leader's LEO
-  without moving for longer than HW_STALL_MIN_MS, counted whole.
+  without moving for longer than HighWatermarkStalled's `stall_ms`, counted
+  whole.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from isr.config import MonitorSettings
 from isr.contract.decisions import IsrChange
 from isr.engine.listeners import Listener
 from isr.engine.summary import PolicySummary
+from isr.model.health import FlapWindow, HwStall, leader_alone
 
-HW_STALL_MIN_MS = 1000
 MAX_PLOTTED = 6
 
 
@@ -37,44 +39,53 @@ class Timeline:
     """One partition under one policy: integrates the time spent in each
     condition, and keeps the ISR-size steps for the plot."""
 
-    __slots__ = ("last_ts", "isr_size", "replicas", "min_isr", "hw", "leo", "stall_since",
-                 "alone_ms", "stall_ms", "steps")
+    __slots__ = ("stall_ms_min", "flap_changes", "flap_window_ms", "last_ts", "isr",
+                 "leader", "replicas", "min_isr", "stall", "flapping", "alone_ms", "stall_ms",
+                 "flaps", "steps")
 
-    def __init__(self) -> None:
+    def __init__(self, stall_ms: int, flap_changes: int, flap_window_ms: int) -> None:
+        self.stall_ms_min, self.flap_changes, self.flap_window_ms = (
+            stall_ms, flap_changes, flap_window_ms)
         self.last_ts: Optional[int] = None
-        self.isr_size = self.replicas = self.min_isr = self.hw = self.leo = 0
-        self.stall_since: Optional[int] = None
-        self.alone_ms = self.stall_ms = 0
+        self.isr: list[int] = []
+        self.leader = -1
+        self.replicas = self.min_isr = 0
+        self.stall = HwStall()
+        self.flapping = FlapWindow()
+        self.alone_ms = self.stall_ms = self.flaps = 0
         self.steps: list[tuple[int, int]] = []
 
-    def observe(self, ts: int, isr_size: int, replicas: int, min_isr: int, hw: int,
-                leo: int) -> None:
+    def observe(self, ts: int, isr: list[int], leader: int, replicas: int, min_isr: int,
+                hw: int, leo: int) -> None:
         self._advance(ts)
-        if self.hw != hw or hw >= leo:
-            self._close_stall(ts)
-        if hw < leo and self.stall_since is None:
-            self.stall_since = ts
-        if not self.steps or self.steps[-1][1] != isr_size:
-            self.steps.append((ts, isr_size))
-        self.isr_size, self.replicas, self.min_isr = isr_size, replicas, min_isr
-        self.hw, self.leo = hw, leo
+        self._stall_ended(self.stall.note(hw, leo, ts))
+        if not self.steps or self.steps[-1][1] != len(isr):
+            self.steps.append((ts, len(isr)))
+        self.isr, self.leader, self.replicas, self.min_isr = isr, leader, replicas, min_isr
+
+    def change(self, ts: int) -> None:
+        """An ISR change at ts: a flap starts when it makes the partition flap."""
+        window = self.flapping
+        window.prune(ts, self.flap_window_ms)
+        before, _ = window.count(ts, self.flap_window_ms)
+        window.add(ts, self.flap_window_ms)
+        if before == self.flap_changes - 1:
+            self.flaps += 1
 
     def finish(self, ts: int) -> None:
         self._advance(ts)
-        self._close_stall(ts)
+        self._stall_ended(self.stall.stalled_for(ts))
 
     def _advance(self, ts: int) -> None:
         if self.last_ts is not None and ts > self.last_ts:
-            if self.isr_size == 1 and self.replicas > 1:
+            if leader_alone(self.isr, self.leader, self.replicas):
                 self.alone_ms += ts - self.last_ts
         if self.last_ts is None or ts > self.last_ts:
             self.last_ts = ts
 
-    def _close_stall(self, ts: int) -> None:
-        if self.stall_since is not None:
-            if ts - self.stall_since > HW_STALL_MIN_MS:
-                self.stall_ms += ts - self.stall_since
-            self.stall_since = None
+    def _stall_ended(self, stood_ms: int) -> None:
+        if stood_ms > self.stall_ms_min:
+            self.stall_ms += stood_ms
 
 
 @dataclass
@@ -94,21 +105,31 @@ class WhatIf(Listener):
 
     def __init__(self, monitor: MonitorSettings) -> None:
         self.monitor = monitor
-        self.timelines: dict[tuple, Timeline] = defaultdict(Timeline)
-        self.changes: list[IsrChange] = []
+        self.timelines: dict[tuple, Timeline] = {}
         self.end = -1
+
+    def _timeline(self, model) -> Timeline:
+        key = (model.rules.policy, model.key)
+        tl = self.timelines.get(key)
+        if tl is None:
+            rule = self.monitor.alerts.rule
+            flapping = rule("IsrFlapping", model.topic)
+            tl = self.timelines[key] = Timeline(
+                rule("HighWatermarkStalled", model.topic).stall_ms, flapping.changes,
+                flapping.window_ms)
+        return tl
 
     def on_change(self, model, change: IsrChange, out: list) -> None:
         """ISR changes taken at check instants, by the controller, or by a fetch."""
-        self.changes.append(change)
-        tl = self.timelines[(change.policy, model.key)]
-        tl.observe(change.ts, len(change.isr_after), tl.replicas, tl.min_isr, change.hw,
-                   change.leader_leo)
+        tl = self._timeline(model)
+        tl.change(change.ts)
+        tl.observe(change.ts, change.isr_after, change.leader, tl.replicas, tl.min_isr,
+                   change.hw, change.leader_leo)
 
     def on_event(self, model, event, outcome, out: list) -> None:
         m = model
-        self.timelines[(m.rules.policy, m.key)].observe(
-            event.ts, len(m.isr), len(m.replicas), m.min_isr, m.hw, m.leader_leo)
+        self._timeline(m).observe(event.ts, m.isr, m.leader, len(m.replicas), m.min_isr, m.hw,
+                                  m.leader_leo)
 
     def finish(self, end: int) -> None:
         self.end = end
@@ -118,18 +139,9 @@ class WhatIf(Listener):
     # ------------------------------------------------------------ results
     def rows(self, summary: list[PolicySummary]) -> list[PolicyRow]:
         rows = {s.policy: PolicyRow(**asdict(s)) for s in summary}
-        flap_window = 2 * self.monitor.replica_lag_time_max_ms
-        removed_at: dict[tuple, int] = {}
-        for d in sorted(self.changes, key=lambda d: (d.ts, d.seq)):
-            row = rows[d.policy]
-            for r in d.replicas:
-                k = (d.policy, d.cluster, d.topic, d.partition, r)
-                if d.action == "shrink":
-                    removed_at[k] = d.ts
-                elif k in removed_at and d.ts - removed_at.pop(k) < flap_window:
-                    row.flaps += 1
         for (policy, _key), tl in self.timelines.items():
             row = rows[policy]
+            row.flaps += tl.flaps
             row.time_leader_alone_ms += tl.alone_ms
             row.hw_stall_ms += tl.stall_ms
         return list(rows.values())
@@ -162,6 +174,8 @@ def write_report(whatif: WhatIf, rows: list[PolicyRow], directory: str,
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     differing = whatif.differing_partitions()
+    flapping = whatif.monitor.alerts.rule("IsrFlapping", "")
+    stall_ms = whatif.monitor.alerts.rule("HighWatermarkStalled", "").stall_ms
     md = ["# What-if: the same events under several ISR policies", "",
           f"Input: {', '.join(sources)}; replica.lag.time.max.ms = "
           f"{whatif.monitor.replica_lag_time_max_ms}.", "",
@@ -171,16 +185,19 @@ def write_report(whatif: WhatIf, rows: list[PolicyRow], directory: str,
     md += ["", f"Partitions whose ISR differs between policies: {len(differing)}"
            + (f" (plotted: the first {min(len(differing), MAX_PLOTTED)}, isr_size.png)"
               if differing else "") + ".", "",
-           "Definitions: a flap is an expand of a replica within 2 x replica.lag.time.max.ms "
-           "of its removal; HW stalled counts stretches longer than "
-           f"{HW_STALL_MIN_MS} ms with the HW below the leader's LEO and not moving."]
+           "Definitions (the alert rules'): flaps count the times a partition started "
+           f"flapping (at least {flapping.changes} ISR changes within {flapping.window_ms} ms, "
+           "IsrFlapping); HW stalled counts stretches longer than "
+           f"{stall_ms} ms with the HW below the leader's LEO and not moving "
+           "(HighWatermarkStalled); per-topic rule settings apply per topic."]
     md_path = out / "whatif.md"
     md_path.write_text("\n".join(md) + "\n")
     json_path = out / "whatif.json"
     json_path.write_text(json.dumps({
         "policies": [asdict(r) for r in rows],
         "differing_partitions": [list(k) for k in differing],
-        "hw_stall_min_ms": HW_STALL_MIN_MS}, indent=2) + "\n")
+        "hw_stall_ms": stall_ms, "flap_changes": flapping.changes,
+        "flap_window_ms": flapping.window_ms}, indent=2) + "\n")
     written = [md_path, json_path]
     if differing:
         written.append(plot(whatif, differing[:MAX_PLOTTED], out / "isr_size.png"))

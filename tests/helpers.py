@@ -6,7 +6,10 @@ used here (15 s, 30 s, 5 s, 2.5 s), so check instants are T0 + k * interval.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from isr.config import MonitorSettings
 from isr.contract import IsrChange, IsrPropagation, Rejection, validate
@@ -100,3 +103,12 @@ def apply_now(events, policy="kafka", **monitor) -> Result:
     engine = LocalEngine(MonitorSettings(policy=[policy], **monitor))
     engine.apply_in_order(events)
     return Result(engine)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str, env=None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`isr ARGS` as a user runs it, from the repository root."""
+    return subprocess.run([sys.executable, "-m", "isr.cli", *args], cwd=ROOT, env=env,
+                          input=stdin, capture_output=True, text=True, timeout=120)

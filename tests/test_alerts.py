@@ -1,4 +1,4 @@
-"""Alert rules of alerts.md: each fires and resolves at the event times its
+"""The alert rules (isr/alerts, docs/alerts.md): each fires and resolves at the event times its
 definition implies; the lifecycle survives a restart from a snapshot."""
 
 from __future__ import annotations
@@ -159,3 +159,15 @@ def test_alert_records_are_alertmanager_shaped():
                   and d.labels["alertname"] == "UnderMinIsr" and d.status == "firing")
     assert firing.fingerprint == a.fingerprint and firing.endsAt is None
     assert "below min.insync.replicas 2" in firing.annotations["description"]
+
+
+def test_the_docs_table_is_the_catalog():
+    """docs/alerts.md shows `python -m isr.alerts.catalog`; edit the catalog, not the table."""
+    from pathlib import Path
+
+    from isr.alerts.catalog import markdown_table
+
+    doc = (Path(__file__).resolve().parents[1] / "docs/alerts.md").read_text()
+    table = doc.split("<!-- rules table: python -m isr.alerts.catalog -->\n")[1].split(
+        "\n<!-- end of rules table -->")[0]
+    assert table == markdown_table()

@@ -70,14 +70,14 @@ def test_receiver_down_then_back_gets_everything_once_in_order(tmp_path):
     d.deliver([A1, A2])  # nobody listens: retried within the budget, then kept
     elapsed = time.monotonic() - started
     assert elapsed < 1.5, elapsed  # the budget bounds the call
-    assert d.pending == 2 and d.counts[("ops", "failed")] == 1
+    assert d.outbox_size == 2 and d.counts[("ops", "failed")] == 1
     receiver = Receiver(port=port).start()
     try:
         Deliverer(settings(tmp_path, hook)).deliver([A3])  # a restart, then the next batch
         assert [b["id"] for b in receiver.bodies] == [A1.id, A2.id, A3.id]
         again = Deliverer(settings(tmp_path, hook))
         again.deliver([A1, A2, A3])  # a replayed batch after another restart
-        assert len(receiver.bodies) == 3 and again.pending == 0
+        assert len(receiver.bodies) == 3 and again.outbox_size == 0
     finally:
         receiver.stop()
 
@@ -157,6 +157,6 @@ def test_server_errors_are_retried_until_the_budget_then_kept(tmp_path, kind):
         assert len(calls) >= 3  # retried
         gaps = [b - a for a, b in zip(calls, calls[1:])]
         assert max(gaps) > min(gaps)  # backing off, not hammering
-        assert d.pending == 1 and d.counts[("busy", "retried")] == len(calls)
+        assert d.outbox_size == 1 and d.counts[("busy", "retried")] == len(calls)
     finally:
         server.shutdown()

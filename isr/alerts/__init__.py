@@ -1,2 +1,2 @@
-"""Alerts (alerts.md): rule conditions, per-partition watches, the event-time
+"""Alerts (docs/alerts.md): rule conditions, per-partition watches, the event-time
 lifecycle, and their delivery."""

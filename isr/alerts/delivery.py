@@ -1,4 +1,4 @@
-"""Alert delivery to webhooks (alerts.md, "Delivery").
+"""Alert delivery to webhooks (docs/alerts.md, "Delivery").
 
 Each alert status change goes to every configured receiver: a generic JSON
 webhook (optionally HMAC-SHA256 signed, a bearer token from the environment,
@@ -118,7 +118,7 @@ class Deliverer:
             self._save_outbox(kept)
 
     @property
-    def pending(self) -> int:
+    def outbox_size(self) -> int:
         return len(self.outbox)
 
     # ------------------------------------------------------------ internals

@@ -1,4 +1,4 @@
-"""Alert lifecycle in event time (alerts.md).
+"""Alert lifecycle in event time (docs/alerts.md).
 
 The engine calls the evaluator around every change of a partition's model:
 before an event (`advance`: time passes up to it), after each ISR change (at the
@@ -16,28 +16,14 @@ from datetime import datetime, timezone
 
 from typing import Optional
 
-from isr.alerts.rules import PARTITION, RuleParams, describe, scan
+from isr.alerts.catalog import CATALOG, RULES
+from isr.alerts.conditions import PARTITION, RuleParams, describe, scan
 from isr.alerts.watch import AtChange, PartitionView, Watch
 from isr.config import AlertSettings
 from isr.contract.decisions import Alert, IsrChange
 
-SUMMARIES = {
-    "UnderMinIsr": "ISR below min.insync.replicas",
-    "AtMinIsr": "ISR at min.insync.replicas",
-    "LeaderOnlyIsr": "Leader alone in the ISR",
-    "UnderReplicated": "Under-replicated partition",
-    "IsrFlapping": "ISR flapping",
-    "FollowerLagging": "ISR follower lagging",
-    "HighWatermarkStalled": "High watermark stalled",
-    "SlowLeaderFetch": "Leader slow to serve follower fetches",
-    "IsrDivergence": "Cluster ISR differs from the computed ISR",
-    "PartitionSilent": "No events for the partition",
-}
-
-
 # Conditions a fetch (without an ISR change) cannot end.
-FETCH_STABLE = frozenset({"UnderMinIsr", "AtMinIsr", "LeaderOnlyIsr", "UnderReplicated",
-                          "IsrFlapping", "IsrDivergence"})
+FETCH_STABLE = frozenset(r.name for r in CATALOG if not r.fetch_can_end)
 
 
 def iso(ms: int) -> str:
@@ -47,7 +33,7 @@ def iso(ms: int) -> str:
 
 
 def fingerprint(labels: dict[str, str]) -> str:
-    """Identity = alertname + labels (alerts.md): stable across restarts."""
+    """Identity = alertname + labels (docs/alerts.md): stable across restarts."""
     text = "\x1f".join(f"{k}={labels[k]}" for k in sorted(labels))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -66,19 +52,19 @@ class AlertEvaluator:
 
     # ------------------------------------------------------------ entry points
     def on_change(self, w: Watch, model: PartitionView, d: IsrChange, out: list) -> None:
-        self.advance(w, AtChange(model, d.isr_before, w.hw_seen), d.ts, False, out)
-        w.changes.append(d.ts)
-        w.note_hw(d.hw, model.leader_leo, d.ts)
+        self.advance(w, AtChange(model, d.isr_before, w.stall.hw), d.ts, False, out)
+        w.flaps.add(d.ts, self.params(w.topic).flap_window_ms)
+        w.stall.note(d.hw, model.leader_leo, d.ts)
         self._step(w, AtChange(model, d.isr_after, d.hw), d.ts, out)
 
     def after_event(self, w: Watch, model: PartitionView, event, out: list) -> None:
         ts, kind = event.ts, event.type
         w.last_event_ts = ts
-        w.note_hw(model.hw, model.leader_leo, ts)
+        w.stall.note(model.hw, model.leader_leo, ts)
         if kind == "fetch":
             served = ts - event.fetch_ts
             w.served_ms[event.replica] = served
-            w.pending.pop(event.replica, None)
+            w.unserved.pop(event.replica, None)
             # A fetch without an ISR change (those come through on_change) only
             # lowers a lag, moves the HW forward or ends a silence: unless an
             # alert that could resolve that way is active, or something is due,
@@ -90,10 +76,10 @@ class AlertEvaluator:
                     w.t = ts
                     return
         elif kind == "fetch_start":
-            w.pending.setdefault(event.replica, ts)
+            w.unserved.setdefault(event.replica, ts)
         elif kind == "leader":
             w.served_ms.clear()
-            w.pending.clear()
+            w.unserved.clear()
             w.reported = None  # the new epoch's committed ISR is not known yet
         elif kind == "isr":
             w.reported = list(event.isr)
@@ -121,8 +107,7 @@ class AlertEvaluator:
 
     def _step(self, w: Watch, view: PartitionView, T: int, out: list) -> None:
         P = self.params(w.topic)
-        if w.changes and w.changes[0] <= T - P.flap_window_ms:
-            w.changes = [t for t in w.changes if t > T - P.flap_window_ms]
+        w.flaps.prune(T, P.flap_window_ms)
         holding, w.due = scan(w, view, T, P)
         repeat = self.cfg.repeat_interval_ms
         for key, numbers in holding.items():
@@ -157,7 +142,7 @@ class AlertEvaluator:
         fp = fingerprint(labels)
         return Alert(
             id=f"{fp}/{started}/{status}/{T}", ts=T, labels=labels,
-            annotations={"summary": f"{SUMMARIES[name]}: {w.topic}-{w.partition}",
+            annotations={"summary": f"{RULES[name].summary}: {w.topic}-{w.partition}",
                          "description": description},
             status=status, startsAt=iso(started),
             endsAt=iso(T) if status == "resolved" else None, fingerprint=fp)

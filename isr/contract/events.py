@@ -1,14 +1,14 @@
 """Input contract: replica fetch-state events (docs/contract.md, schema version 1).
 
 Every field that Kafka defines as an offset or a time is a non-negative int;
-`-1` is accepted only where events.md says "unknown" (broker epochs).
+`-1` is accepted only where docs/contract.md says "unknown" (broker epochs).
 Validation is strict (no "5" for 5, no 5.0, no true) because a producer that
 sends those has a bug the operator should hear about.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union, get_args
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -21,7 +21,6 @@ BrokerId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 BrokerEpoch = Annotated[int, Field(ge=-1, le=MAX_LONG)]
 
 BrokerState = Literal["registered", "fenced", "unfenced", "controlled_shutdown", "unregistered"]
-BROKER_STATES = get_args(BrokerState)
 
 
 # The checks that span several fields, as plain functions: the pydantic
@@ -96,7 +95,7 @@ class Fetch(_FollowerEvent):
 
     @property
     def fetch_ts(self) -> int:
-        """Kafka's fetchTimeMs: when the request arrived (semantics.md, On fetch)."""
+        """Kafka's fetchTimeMs: when the request arrived (docs/rules.md, "On fetch")."""
         return self.ts if self.received_ts is None else self.received_ts
 
 

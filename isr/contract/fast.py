@@ -12,7 +12,7 @@ the same values (tests/test_contract.py).
 from __future__ import annotations
 
 import types
-from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types as at
 import msgspec

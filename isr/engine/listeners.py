@@ -2,10 +2,10 @@
 what-if timelines, partition-state output).
 
 The engine drives each partition's model under each policy; after each step
-it tells every listener what happened, in this order for one event: time
-passed up to the event (`on_advance`, after the checks that fell before it),
-each ISR change the model committed (`on_change`), then the event itself
-(`on_event`, with the model's outcome). `on_time` says that every partition
+it tells every listener what happened, in this order for one event: each ISR
+change the checks before the event committed (`on_change`), time passed up to
+the event (`on_advance`), each ISR change the event itself caused
+(`on_change`), then the event (`on_event`, with the model's outcome). `on_time` says that every partition
 has reached an instant (the watermark, or the end of a bounded input).
 Listeners may append their own output records to `out`. A listener that
 keeps state between batches implements `to_state` / `from_state`; the

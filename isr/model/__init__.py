@@ -1,4 +1,4 @@
-"""The leader model: pure, deterministic, Spark-free (semantics.md)."""
+"""The leader model: pure, deterministic, Spark-free (docs/rules.md)."""
 
 from isr.model.brokers import Brokers
 from isr.model.follower import Follower

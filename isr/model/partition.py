@@ -1,4 +1,4 @@
-"""One partition as its leader sees it (semantics.md, all rules).
+"""One partition as its leader sees it (docs/rules.md, all rules).
 
 `PartitionModel` is pure: no clock, no I/O, no Spark. Events are applied in
 `(ts, arrival)` order; `advance(until)` runs the isr-expiration checks that
@@ -17,6 +17,7 @@ from typing import Optional
 from isr.contract.decisions import FollowerView, IsrChange, PartitionState, ReplicaDetail
 from isr.model.brokers import Brokers
 from isr.model.follower import Follower
+from isr.model.health import at_min_isr, under_min_isr, under_replicated
 from isr.model.rules import (
     LEGACY,
     Rules,
@@ -82,7 +83,7 @@ class PartitionModel:
     @classmethod
     def first_seen(cls, rules: Rules, event, min_isr_default: int) -> "PartitionModel":
         """A partition's model from its first event. Before any `leader` event it
-        is bootstrapped from what the event says (semantics.md, last section)."""
+        is bootstrapped from what the event says (docs/rules.md, "Before a leader event")."""
         m = cls(rules, event.cluster, event.topic, event.partition, min_isr_default, event.ts)
         if event.type != "leader":
             m.bootstrap = True
@@ -98,16 +99,13 @@ class PartitionModel:
     def key(self) -> tuple[str, str, int]:
         return (self.cluster, self.topic, self.partition)
 
-    def effective_min_isr(self) -> int:
-        """Kafka 3.7+: min(min.insync.replicas, replication factor)."""
-        return self.min_isr
-
     def _refresh_min_isr(self) -> None:
+        """The effective min ISR, Kafka 3.7+: min(min.insync.replicas, replication factor)."""
         configured = self.min_isr_override if self.min_isr_override > 0 else self.min_isr_default
         self.min_isr = min(configured, len(self.replicas)) if self.replicas else configured
 
     def is_under_min_isr(self) -> bool:
-        return len(self.isr) < self.min_isr
+        return under_min_isr(len(self.isr), self.min_isr)
 
     # ------------------------------------------------------------ time
     def advance(self, until: int, inclusive: bool, brokers: Brokers, out: list) -> None:
@@ -392,7 +390,7 @@ class PartitionModel:
     # ------------------------------------------------------------ views
     def view(self) -> PartitionState:
         isr, leader_leo, now = self.isr, self.leader_leo, self.ts
-        min_isr = self.effective_min_isr()
+        min_isr = self.min_isr
         followers = [
             FollowerView(replica=r, leo=f.leo, lag_ms=lag_ms(f, leader_leo, now),
                          last_caught_up_ts=f.last_caught_up_ts,
@@ -403,8 +401,9 @@ class PartitionModel:
             cluster=self.cluster, topic=self.topic, partition=self.partition, ts=now,
             leader=self.leader, leader_epoch=self.leader_epoch, replicas=list(self.replicas),
             isr=list(isr), hw=self.hw, leader_leo=leader_leo,
-            under_replicated=len(isr) < len(self.replicas),
-            under_min_isr=len(isr) < min_isr, at_min_isr=len(isr) == min_isr,
+            under_replicated=under_replicated(len(isr), len(self.replicas)),
+            under_min_isr=under_min_isr(len(isr), min_isr),
+            at_min_isr=at_min_isr(len(isr), min_isr),
             min_insync_replicas=min_isr, policy=self.rules.policy,
             followers=followers, bootstrap=self.bootstrap,
         )

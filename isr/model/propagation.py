@@ -1,4 +1,4 @@
-"""ZooKeeper-era ISR change propagation (KAFKA-2722; semantics.md).
+"""ZooKeeper-era ISR change propagation (KAFKA-2722; docs/rules.md, "ZooKeeper-era propagation").
 
 Before AlterIsr (Kafka < 2.7) a leader wrote each ISR change to ZooKeeper at
 once, but told the rest of the cluster in batches: every 2500 ms, if changes

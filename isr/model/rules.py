@@ -1,4 +1,4 @@
-"""The four ISR rule sets (semantics.md, "Policies") as small named predicates.
+"""The four ISR rule sets (docs/rules.md, "Policies") as small named predicates.
 
 Each predicate reads one follower snapshot; none mutates anything. Where
 Kafka's name differs from ours it is given in the docstring.
@@ -11,10 +11,7 @@ from typing import Optional
 
 from isr.model.follower import Follower
 
-KAFKA = "kafka"
-KIP16 = "kip16"
-LEGACY = "legacy"
-KIP501 = "kip501"
+from isr.contract.policies import KAFKA, KIP16, KIP501, LEGACY, MODERN, POLICIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +35,8 @@ class Rules:
         isr_expiration_interval_ms: Optional[int] = None,
         replica_lag_max_messages: int = 4000,
     ) -> "Rules":
-        modern = policy in (KAFKA, KIP501)
-        if policy not in (KAFKA, KIP16, LEGACY, KIP501):
+        modern = policy in MODERN
+        if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
         # KAFKA-4485 halved the isr-expiration period; before it ran every `lag`.
         default_interval = replica_lag_time_max_ms // 2 if modern else replica_lag_time_max_ms
@@ -121,9 +118,14 @@ def is_caught_up(rules: Rules, f: Follower, leader_leo: int, now: int) -> bool:
     return f.leo == leader_leo or now - f.last_caught_up_ts <= rules.replica_lag_time_max_ms
 
 
+def at_leader_leo(f: Follower, leader_leo: int) -> bool:
+    return f.leo == leader_leo and f.leo >= 0
+
+
 def lag_ms(f: Follower, leader_leo: int, now: int) -> Optional[int]:
-    """How far behind in time: 0 at the leader's LEO, None if never caught up."""
-    if f.leo == leader_leo and f.leo >= 0:
+    """How far behind in time: 0 at the leader's LEO, else the time since the
+    follower was last caught up; None if it never was."""
+    if at_leader_leo(f, leader_leo):
         return 0
     if f.last_caught_up_ts <= 0:
         return None

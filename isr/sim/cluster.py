@@ -4,7 +4,7 @@ It plays brokers, leaders that append and followers that fetch the way
 Kafka's replica fetchers do (fetch from their LEO; a caught-up fetch waits in
 the leader's purgatory up to `replica.fetch.wait.max.ms` or until new data
 arrives; responses are bounded), plus the faults of a scenario. It emits only
-the leader-side observations of the event contract (events.md) — fetch,
+the leader-side observations of the event contract (docs/contract.md) — fetch,
 fetch_start, append, leader, broker — never the monitor's conclusions.
 
 The cluster keeps a rough ISR of its own (followers served within

@@ -33,7 +33,7 @@ class Sent:
 
 
 def message_key(ev: dict) -> bytes:
-    """events.md: `<topic>/<partition>`, so a partition's events stay in order."""
+    """docs/contract.md: `<topic>/<partition>`, so a partition's events stay in order."""
     if ev["type"] == "broker":
         return f"broker/{ev['broker']}".encode()
     return f"{ev['topic']}/{ev['partition']}".encode()

@@ -224,7 +224,7 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
         if metrics is not None:
             metrics.observe_records(records)
             if deliverer is not None:
-                metrics.observe_delivery(deliverer.counts, deliverer.pending)
+                metrics.observe_delivery(deliverer.counts, deliverer.outbox_size)
 
     return start(spark, settings, write, trigger=trigger)
 

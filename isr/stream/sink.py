@@ -76,7 +76,6 @@ class KafkaSink:
         self._producer = producer(conf)
         self._committed: Optional[tuple[int, dict[str, int]]] = None
         self._recovered = False
-        self.written = 0
 
     # ------------------------------------------------------------ commits
     def _last_commit(self) -> tuple[int, dict[str, int]]:
@@ -135,7 +134,6 @@ class KafkaSink:
         self._produce(self.output.commit_topic, self.query, commit, headers_base, None)
         self._flush(errors)
         self._committed = (batch_id, offsets)
-        self.written += produced
         return produced
 
     def _produce(self, topic, key, value, headers, callback) -> None:

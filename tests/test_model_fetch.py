@@ -1,4 +1,4 @@
-"""semantics.md "On fetch", "On append", "HW recomputation" — one test per rule."""
+"""The leader model (isr/model), docs/rules.md "On fetch", "On append", "HW recomputation": one test per rule."""
 
 from helpers import T0, append, apply_now, broker, fetch, leader, run
 
@@ -149,7 +149,7 @@ def test_hw_frozen_while_under_strict_min_isr_kafka():
 def test_effective_min_isr_is_capped_at_replication_factor():
     r = apply_now([leader(0, replicas=[1, 2], isr=[1, 2], min_insync_replicas=3),
                    append(10, 100), fetch(20, 2, 100, 100)])
-    assert r.model().effective_min_isr() == 2
+    assert r.model().min_isr == 2
     assert r.model().hw == 100
 
 

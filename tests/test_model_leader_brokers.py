@@ -1,4 +1,4 @@
-"""semantics.md "On leader", "Eligibility", "Controller removal",
+"""The leader model (isr/model), docs/rules.md "On leader", "Eligibility", "Controller removal",
 "ZooKeeper-era propagation", "A partition seen before its leader event"."""
 
 from helpers import T0, append, apply_now, broker, fetch, leader, run

@@ -1,4 +1,4 @@
-"""semantics.md "Time and order", "Policies", "At a check instant T"."""
+"""The leader model (isr/model), docs/rules.md "Time and order", "Policies", "At a check instant T"."""
 
 from helpers import T0, append, event, fetch, fetch_start, leader, run
 

@@ -2,7 +2,7 @@
 
 §9 cases 11-14 are about AlterPartition round trips (pending expand/shrink,
 rejected or fenced requests); the monitor commits ISR changes at once
-(semantics.md), so the event contract cannot express them.
+(docs/rules.md), so the event contract cannot express them.
 """
 
 from pathlib import Path

@@ -1,0 +1,84 @@
+"""A partition's health conditions, each defined once (docs/rules.md,
+"Health conditions"). The alert rules, the what-if report and the aggregate
+metrics all use these, so "leader alone" or "HW stalled" means the same
+everywhere. A follower's lag in time is `rules.lag_ms`.
+"""
+
+from __future__ import annotations
+
+
+def under_min_isr(isr_size: int, min_isr: int) -> bool:
+    """Producers with acks=all fail (Kafka's UnderMinIsr)."""
+    return isr_size < min_isr
+
+
+def at_min_isr(isr_size: int, min_isr: int) -> bool:
+    """Kafka's AtMinIsr: the ISR is exactly at min.insync.replicas."""
+    return isr_size == min_isr
+
+
+def under_replicated(isr_size: int, replicas: int) -> bool:
+    return isr_size < replicas
+
+
+def leader_alone(isr: list[int], leader: int, replicas: int) -> bool:
+    """The ISR is the leader alone although the partition has more replicas:
+    losing that broker makes the partition offline (or unclean)."""
+    return replicas > 1 and len(isr) == 1 and isr[0] == leader
+
+
+class HwStall:
+    """Since when the HW has stood still below the leader's LEO: from the
+    later of its last move and the moment the LEO went past it (an idle
+    partition's HW is not stalled)."""
+
+    __slots__ = ("hw", "behind", "since")
+
+    def __init__(self, hw: int = -1, behind: bool = False, since: int = 0) -> None:
+        self.hw, self.behind, self.since = hw, behind, since
+
+    def note(self, hw: int, leader_leo: int, ts: int) -> int:
+        """The HW and the leader's LEO at `ts`. Returns how long a stretch that
+        this ends stood still (0 if none ends): the HW moved, or caught up."""
+        behind = leader_leo > hw
+        ended = ts - self.since if self.behind and (hw != self.hw or not behind) else 0
+        if hw != self.hw or (behind and not self.behind):
+            self.since = ts
+        self.hw, self.behind = hw, behind
+        return ended
+
+    def stalled_for(self, now: int) -> int:
+        """How long the HW has stood still below the LEO at `now` (0: it has not)."""
+        return now - self.since if self.behind else 0
+
+
+class FlapWindow:
+    """The recent ISR changes of a partition: it *flaps* while at least
+    `changes` of them (shrinks, expands, controller removals) fall within the
+    last `window_ms`."""
+
+    __slots__ = ("times",)
+
+    def __init__(self, times: list[int] | None = None) -> None:
+        self.times: list[int] = times or []
+
+    def add(self, ts: int, window_ms: int) -> None:
+        self.prune(ts, window_ms)
+        self.times.append(ts)
+
+    def prune(self, now: int, window_ms: int) -> None:
+        times = self.times
+        if times and times[0] <= now - window_ms:
+            self.times = [t for t in times if t > now - window_ms]
+
+    def count(self, now: int, window_ms: int) -> tuple[int, int | None]:
+        """(changes within (now - window, now], the next instant after `now` at
+        which one of them leaves the window, or None)."""
+        recent, leaves = 0, None
+        for t in self.times:
+            if now - window_ms < t <= now:
+                recent += 1
+            end = t + window_ms
+            if end > now and (leaves is None or end < leaves):
+                leaves = end
+        return recent, leaves

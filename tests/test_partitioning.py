@@ -1,0 +1,28 @@
+"""Bucket labels (isr/stream/partitioning.py): Spark's Murmur3 hash of an int
+in Python, and the labels that put bucket i in shuffle partition i. The
+integration test test_every_bucket_gets_its_own_stateful_task checks the same
+against Spark itself; these pin the values so a change shows without Spark."""
+
+from __future__ import annotations
+
+import pytest
+
+from isr.stream.partitioning import bucket_labels, shuffle_partition, spark_hash_int
+
+
+def test_spark_hash_of_small_ints():
+    # Values of Spark SQL's hash(0), hash(1), hash(42), hash(-1) (seed 42).
+    assert [spark_hash_int(v) for v in (0, 1, 42, -1)] == [
+        933211791, -559580957, 29417773, -1604776387]
+
+
+@pytest.mark.parametrize("buckets, labels", [(1, (0,)), (2, (2, 0)), (4, (12, 6, 2, 0))])
+def test_labels_for_common_bucket_counts(buckets, labels):
+    assert bucket_labels(buckets) == labels
+
+
+@pytest.mark.parametrize("buckets", [1, 2, 3, 4, 7, 16, 64])
+def test_label_i_goes_to_shuffle_partition_i(buckets):
+    labels = bucket_labels(buckets)
+    assert len(set(labels)) == buckets
+    assert [shuffle_partition(label, buckets) for label in labels] == list(range(buckets))
