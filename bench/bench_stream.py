@@ -49,6 +49,7 @@ def _progress_rate(query) -> tuple[float, int]:
 def bench_stateful(args) -> None:
     from isr.stream.files import LinesDataSource
     from isr.stream.job import spark_session, start
+    from isr.stream.source import SOURCE_COLUMNS
 
     work = tempfile.mkdtemp(prefix="isr-bench-")
     path = os.path.join(work, "events.jsonl")
@@ -63,12 +64,12 @@ def bench_stateful(args) -> None:
     spark.dataSource.register(LinesDataSource)
     df = (spark.readStream.format("isr_lines").option("paths", json.dumps([path]))
           .option("end_ts", "0").option("maxOffsetsPerTrigger", str(args.batch)).load()
-          .select("key", "value", "topic", "partition", "offset"))
+          .select(*SOURCE_COLUMNS))
     counts = {"rows": 0}
     started = time.perf_counter()
     q = start(spark, settings, lambda _i, rows: counts.__setitem__("rows", counts["rows"] + len(rows)),
               source_df=df, trigger={"availableNow": True},
-              checkpoint=os.path.join(work, "ck"))
+              checkpoint=os.path.join(work, "ck"), live=False)
     q.awaitTermination()
     wall = time.perf_counter() - started
     rate, batches = _progress_rate(q)

@@ -72,18 +72,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from isr.stream.job import run_to_kafka
+    from isr.stream.job import run_to_kafka, spark_session
+    from isr.stream.running import quiet_failures, run_until_stopped
 
     settings = _settings(args)
     trigger = {"availableNow": True} if args.available_now else None
-    query = run_to_kafka(settings, trigger=trigger, master=args.master or settings.stream.master)
+    spark = spark_session(settings, args.master or settings.stream.master)
+    quiet_failures(spark)
+    query = run_to_kafka(settings, spark=spark, trigger=trigger)
     print(f"isr: query {settings.stream.query_name} running; checkpoint "
           f"{settings.stream.checkpoint_location}", file=sys.stderr)
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    return 0
+    return run_until_stopped(query)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

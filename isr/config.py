@@ -110,6 +110,9 @@ class MonitorSettings(_Section):
     min_insync_replicas: Annotated[int, Field(ge=1)] = 1
     propagation: Literal["kraft", "zk"] = "kraft"
     allowed_lateness_ms: Annotated[int, Field(ge=0)] = 5000
+    # An event this far ahead of the stream's time is dead-lettered as
+    # `future` instead of moving the watermark (docs/reliability.md).
+    max_future_ms: PositiveMs = 3_600_000
     topics: dict[str, TopicSettings] = {}
     alerts: AlertSettings = AlertSettings()
 
@@ -153,6 +156,9 @@ class KafkaSettings(_Section):
     ssl_key_location: Optional[str] = None
     # Any other client property, passed through as is (librdkafka names).
     properties: dict[str, str] = {}
+    # How long the job waits for a Kafka that does not answer (a broker
+    # restart) before it stops with one line.
+    outage_timeout_s: Annotated[float, Field(gt=0)] = 300.0
 
     def sasl_password(self) -> Optional[str]:
         if self.sasl_password_file:
@@ -174,6 +180,10 @@ class InputSettings(_Section):
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     # Like Spark's maxOffsetsPerTrigger: records per micro-batch, all partitions.
     max_offsets_per_trigger: Optional[Annotated[int, Field(gt=0)]] = None
+    # Spark's failOnDataLoss: input offsets that are gone (a topic created
+    # again, retention ahead of the job) stop the job; false reads on and
+    # records the gap as a `data_loss` dead letter.
+    fail_on_data_loss: bool = True
 
 
 class OutputSettings(_Section):

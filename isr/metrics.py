@@ -11,7 +11,6 @@ and a topic allow list (`metrics.topics`, regular expressions).
 
 from __future__ import annotations
 
-import calendar
 import re
 import sys
 import time
@@ -21,7 +20,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from isr.config import MetricsSettings
-from isr.contract.records import OutputRecord
+from isr.contract.records import WATERMARK, OutputRecord
 
 P_LABELS = ("cluster", "topic", "partition", "policy")
 
@@ -102,10 +101,15 @@ class Metrics:
         return not self._topic_patterns or any(p.fullmatch(topic) for p in
                                                self._topic_patterns)
 
-    def observe_records(self, records: Iterable[OutputRecord]) -> None:
+    def observe_records(self, records: Iterable[OutputRecord], now: Optional[float] = None
+                        ) -> None:
         """One micro-batch's output records."""
+        watermark = -1
         for r in records:
             kind, value = r.kind, r.value
+            if kind == WATERMARK:  # every bucket reports the same one
+                watermark = max(watermark, r.ts)
+                continue
             if kind == "partition_state":
                 self._state(orjson.loads(value))
             elif kind == "isr_change":
@@ -118,6 +122,8 @@ class Metrics:
                                    a["status"]).inc()
             elif kind == "dead_letter":
                 self.dead_letters.labels(orjson.loads(value)["reason_class"]).inc()
+        if watermark >= 0:
+            self.watermark_delay.set(max(0.0, (now or time.time()) - watermark / 1000))
 
     def _state(self, s: dict) -> None:
         if not self.settings.per_partition or not self._wanted(s["topic"]):
@@ -160,10 +166,5 @@ class Metrics:
         self.input_rate.set(p.get("inputRowsPerSecond") or 0)
         self.processed_rate.set(p.get("processedRowsPerSecond") or 0)
         self.batch_duration.set((p.get("durationMs", {}).get("triggerExecution", 0) or 0) / 1000)
-        watermark = (p.get("eventTime") or {}).get("watermark")
-        if watermark:  # e.g. "2026-11-22T03:55:17.000Z"; 1970 = no watermark yet
-            wm = calendar.timegm(time.strptime(watermark[:19], "%Y-%m-%dT%H:%M:%S"))
-            if wm > 0:
-                self.watermark_delay.set(max(0.0, (now or time.time()) - wm))
         ops = p.get("stateOperators") or []
         self.state_rows.set(sum(op.get("numRowsTotal", 0) for op in ops))

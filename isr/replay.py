@@ -18,6 +18,7 @@ from isr.config import MonitorSettings
 from isr.contract import DeadLetter, Rejection, decode
 from isr.contract.decisions import output_order
 from isr.engine.local import LocalEngine, standard_listeners
+from isr.engine.sequencer import FUTURE, LATE
 from isr.engine.summary import PolicySummary, summary
 from isr.gc_tuning import fewer_gc_passes
 from isr.whatif import PolicyRow, WhatIf
@@ -110,9 +111,9 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
         # The origin rides along (JSON-able) in case the model rejects the event.
         origin = (source, offset, raw.decode("utf-8", "backslashreplace"))
         outcome = engine.submit(event, seq, origin)
-        if outcome.status == "late":
-            stats.dead_letters["late"] += 1
-            dead.append(DeadLetter.of(source, offset, raw, outcome.reason, "late"))
+        if outcome.status in (LATE, FUTURE):
+            stats.dead_letters[outcome.status] += 1
+            dead.append(DeadLetter.of(source, offset, raw, outcome.reason, outcome.status))
         else:
             stats.accepted += 1
     engine.finish()

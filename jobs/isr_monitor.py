@@ -28,6 +28,7 @@ def main(argv=None) -> int:
 
     from isr.config import ConfigError, load_settings
     from isr.stream.job import run_to_kafka, spark_session
+    from isr.stream.running import quiet_failures, run_until_stopped
 
     try:
         settings = load_settings(args.config, args.set)
@@ -40,9 +41,9 @@ def main(argv=None) -> int:
     spark = SparkSession.getActiveSession() or spark_session(
         settings, None if under_spark_submit else settings.stream.master)
     trigger = {"availableNow": True} if args.available_now else None
+    quiet_failures(spark)
     query = run_to_kafka(settings, spark=spark, trigger=trigger)
-    query.awaitTermination()
-    return 0
+    return run_until_stopped(query, "isr_monitor")
 
 
 if __name__ == "__main__":

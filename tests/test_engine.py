@@ -180,7 +180,7 @@ def test_touched_partitions_are_those_with_an_event_or_a_change():
 def test_the_sequencer_releases_in_time_then_arrival_order_and_refuses_late_events():
     seq = Sequencer(allowed_lateness_ms=1000)
     for i, ts in enumerate([3000, 3500, 3000, 4500]):
-        assert seq.offer(ts, i, f"e{i}")
-    assert not seq.offer(3499, 9, "late")  # below 4500 - 1000
+        assert seq.offer(ts, i, f"e{i}") is None
+    assert seq.offer(3499, 9, "late") == "late"  # below 4500 - 1000
     assert [e for _ts, _s, e, _o in seq.release()] == ["e0", "e2"]  # ts < 3500
     assert [e for _ts, _s, e, _o in seq.drain()] == ["e1", "e3"]

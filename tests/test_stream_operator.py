@@ -1,5 +1,6 @@
-"""The Spark stateful glue without Spark: one bucket's processing, its state
-round trip, broadcast rows and the end-of-input row."""
+"""The Spark job's Python stages without Spark: packing (decode, judge, route,
+summarise) and one bucket's processing (the watermark from the batch's
+summaries, lateness, the state round trip, the end of input)."""
 
 from __future__ import annotations
 
@@ -7,114 +8,166 @@ import json
 import pickle
 import zlib
 
-import pyarrow as pa
 import pytest
 from helpers import T0, append, broker, fetch, leader
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from isr.config import MonitorSettings
-from isr.engine import snapshot
-from isr.stream.operator import END_OF_INPUT, BucketProcessor, event_schema
 from isr.contract.fast import encode
-
-
-def rows(events, first_seq: int = 0, broadcast=False, topic="in", partition=0, end_ts=None):
-    """An Arrow table as the operator receives it from the packed stage."""
-    values = [e if isinstance(e, bytes) else encode(e) for e in events]
-    n = len(values)
-    ts = [json.loads(v)["ts"] if v.startswith(b"{") else None for v in values]
-    return pa.table({"ts": ts, "seq": list(range(first_seq, first_seq + n)), "key": [None] * n,
-                     "value": values, "topic": [topic] * n, "partition": [partition] * n,
-                     "offset": list(range(first_seq, first_seq + n)),
-                     "broadcast": [broadcast] * n, "end_ts": [end_ts] * n},
-                    schema=event_schema())
-
-
-def kinds(out):
-    return [r[0] for r in out]
-
+from isr.engine import snapshot
+from isr.stream.operator import BucketProcessor
+from isr.stream.packing import END_OF_INPUT, Packer, hold_of, unpack
 
 MONITOR = MonitorSettings(allowed_lateness_ms=1000)
+
+
+def values_of(events) -> list[bytes]:
+    return [e if isinstance(e, bytes) or e is None else encode(e) for e in events]
+
+
+def pack(events, first_offset=0, topic="in", partition=0, buckets=1, clock=None,
+         end_ts=None, behind=False):
+    """The packing stage's rows for one input task: [(label, pack, summary)]."""
+    values = values_of(events)
+    # A file's rows carry their line number as the key.
+    keys = [str(first_offset + i + 1).encode() if partition < 0 else None
+            for i in range(len(values))]
+    if end_ts is not None:
+        values.append(END_OF_INPUT)
+        keys.append(str(end_ts).encode())
+    offsets = list(range(first_offset, first_offset + len(values)))
+    packer = Packer(list(range(buckets)), MONITOR.max_future_ms)
+    return packer.pack(keys, values, [topic] * len(values), [partition] * len(values),
+                       offsets, clock, [behind] * len(values))
+
+
+def process(p, bucket, tasks, bucket_id=0):
+    """What the stateful function does with one batch's rows for one bucket."""
+    mine = [row for task in tasks for row in task if row[0] == bucket_id]
+    return p.process(bucket_id, bucket, unpack([r[1] for r in mine]),
+                     hold_of([r[2] for r in mine]))
+
+
+def of_kind(out, kind):
+    return [json.loads(r.value) for r in out if r.kind == kind]
 
 
 def test_events_wait_for_the_watermark_then_decide_across_a_state_round_trip():
     p = BucketProcessor(MONITOR)
     bucket = p.restore(None)
-    events = [leader(0, replicas=[1, 2], isr=[1, 2]), append(10, 10), append(50000, 10)]
-    assert p.process(0, bucket, rows(events), watermark=0) == []  # nothing released yet
+    events = [leader(0, replicas=[1, 2], isr=[1, 2]), append(10, 10)]
+    assert of_kind(process(p, bucket, [pack(events)]), "isr_change") == []
     bucket = p.restore(p.save(bucket))
-    out = p.process(0, bucket, rows([]), watermark=T0 + 60000)
-    (change,) = [json.loads(r[4]) for r in out if r[0] == "isr_change"]
+    out = process(p, bucket, [pack([append(60000, 10)], first_offset=2)])
+    (change,) = of_kind(out, "isr_change")
     assert (change["ts"] - T0, change["action"], change["replicas"]) == (45000, "shrink", [2])
-    assert kinds(out).count("partition_state") == 1  # one per changed partition per batch
+    assert len(of_kind(out, "partition_state")) == 1  # one per changed partition per batch
 
 
 def test_a_batch_applies_what_lies_below_its_own_watermark_and_keeps_only_the_rest():
-    """Spark hands a batch the previous batch's watermark; the batch's largest
-    ts (over all buckets) says what the next one will be. Events below it
-    are decided in this batch, not one batch later, and only the last
-    allowed_lateness_ms of events stays in the state."""
     p = BucketProcessor(MONITOR)
     bucket = p.restore(None)
     events = [leader(0, replicas=[1, 2], isr=[1, 2]), append(10, 10), append(50000, 11),
-              append(59500, 12)]
-    out = p.process(0, bucket, rows(events), watermark=-1, batch_max_ts=T0 + 60000)
-    (change,) = [json.loads(r[4]) for r in out if r[0] == "isr_change"]
+              append(59500, 12), append(60000, 13)]
+    (change,) = of_kind(process(p, bucket, [pack(events)]), "isr_change")
     assert (change["ts"] - T0, change["action"]) == (45000, "shrink")
-    assert [q[0] - T0 for q in bucket.engine.sequencer.queued] == [59500]  # above 60000 - 1000
-    # The next batch judges lateness by that watermark, as Spark will.
-    out = p.process(0, bucket, rows([append(58000, 13)], first_seq=9), watermark=T0 + 59000)
-    assert [json.loads(r[4])["reason_class"] for r in out if r[0] == "dead_letter"] == ["late"]
+    # Queued: only what is above the watermark 60000 - 1000.
+    assert [q[0] - T0 for q in bucket.engine.sequencer.queued] == [59500, 60000]
+    out = process(p, bucket, [pack([append(58000, 14)], first_offset=9)])
+    assert [d["reason_class"] for d in of_kind(out, "dead_letter")] == ["late"]
 
 
-def test_late_and_invalid_rows_become_dead_letters_invalid_first():
+def test_rejected_rows_are_dead_letters_and_do_not_move_the_watermark():
     p = BucketProcessor(MONITOR)
     bucket = p.restore(None)
-    p.process(0, bucket, rows([leader(0), append(20000, 5)]), watermark=0)
-    late = append(100, 7)
+    process(p, bucket, [pack([leader(0), append(20000, 5)])])
+    wm = bucket.watermark
+    gossip = b'{"v":1,"type":"gossip","ts":%d}' % (T0 + 3_600_000)
     bad = b'{"v":1,"type":"append","ts":1800000000100,"topic":"orders","partition":0}'
-    out = p.process(0, bucket, rows([late, bad, b"nope"], first_seq=10),
-                    watermark=T0 + 19000)
-    dead = [json.loads(r[4]) for r in out if r[0] == "dead_letter"]
+    out = process(p, bucket, [pack([append(100, 7), bad, b"nope", None, gossip],
+                                   first_offset=10)])
+    dead = of_kind(out, "dead_letter")
     assert [(d["reason_class"], d["offset"]) for d in dead] == [
-        ("late", 10), ("invalid", 11), ("not_json", 12)]
-    assert dead[0]["reason"] == (f"ts {T0 + 100} is before the watermark {T0 + 19000} "
-                                 "(allowed lateness 1000 ms)")
+        ("late", 10), ("invalid", 11), ("not_json", 12), ("not_json", 13),
+        ("unknown_type", 14)]
+    assert dead[0]["reason"] == (f"ts {T0 + 100} is before the watermark {wm} "
+                                  "(allowed lateness 1000 ms)")
+    assert bucket.watermark == wm  # nothing valid came: the watermark stays
 
 
-def test_broadcast_rows_reach_every_bucket_but_are_reported_once():
+def test_events_beyond_the_batch_clock_are_future_and_move_nothing():
+    p = BucketProcessor(MONITOR)
+    bucket = p.restore(None)
+    clock = T0 + 10_000
+    out = process(p, bucket, [pack([leader(0), append(10_000 + 3_600_001, 5), append(5000, 5)],
+                                   clock=clock)])
+    (dead,) = of_kind(out, "dead_letter")
+    assert dead["reason_class"] == "future"
+    assert dead["reason"] == (f"ts {T0 + 3_610_001} is 3600001 ms ahead of the batch's clock "
+                              f"{clock} (monitor.max_future_ms 3600000)")
+    assert bucket.watermark == T0 + 5000 - 1000
+
+
+def test_a_source_partition_behind_holds_the_watermark_back():
+    """A backlog read in slices: source partition 1 reached 20 s, partition 0
+    only 5 s and holds more. The watermark stops at 5 s - lateness, so
+    partition 0's next events are not late."""
+    p = BucketProcessor(MONITOR)
+    bucket = p.restore(None)
+    tasks = [pack([leader(0), append(5000, 1)], partition=0, behind=True),
+             pack([leader(0, partition=1), append(20000, 1, partition=1)], partition=1)]
+    process(p, bucket, tasks)
+    assert bucket.watermark == T0 + 4000
+    out = process(p, bucket, [pack([append(6000, 2)], partition=0, first_offset=2)])
+    assert of_kind(out, "dead_letter") == []
+
+
+def test_a_source_partition_read_to_its_end_holds_nothing_back():
+    """Its last event is old, but nothing more is there: the watermark follows
+    the others (an idle source never stalls the job)."""
+    p = BucketProcessor(MONITOR)
+    bucket = p.restore(None)
+    tasks = [pack([leader(0), append(5000, 1)], partition=0),
+             pack([leader(0, partition=1), append(20000, 1, partition=1)], partition=1)]
+    process(p, bucket, tasks)
+    assert bucket.watermark == T0 + 19000
+
+
+def test_the_hold_is_the_largest_time_unless_a_source_behind_is_lower():
+    assert hold_of([b'{"in/0": [5, false]}', b'{"in/0": [9, false], "in/1": [7, false]}']) == 9
+    assert hold_of([b'{"in/0": [5, true]}', b'{"in/0": [9, false], "in/1": [7, false]}']) == 9
+    assert hold_of([b'{"in/0": [5, true]}', b'{"in/1": [7, false]}']) == 5
+    assert hold_of([b"{}"]) is None
+
+
+def test_broadcast_rows_reach_every_bucket_and_rejected_ones_are_reported_once():
     p = BucketProcessor(MONITOR)
     bad_broker = b'{"v":1,"type":"broker","ts":1800000000100,"broker":3,"state":"gone"}'
-    reports = []
+    task = pack([leader(0), leader(0, partition=1), leader(0, partition=2), bad_broker,
+                 broker(500, 3, "fenced")], buckets=3)
+    reports, removals = [], []
     for bucket_id in range(3):
         bucket = p.restore(None)
-        out = p.process(bucket_id, bucket, rows([bad_broker], broadcast=True), watermark=0)
-        out += p.process(bucket_id, bucket, rows([]), watermark=T0 + 10_000)
-        reports += [r for r in out if r.kind == "dead_letter"]
-    assert len(reports) == 1
-
-
-def test_fenced_broker_removes_from_the_partitions_of_this_bucket():
-    p = BucketProcessor(MONITOR)
-    bucket = p.restore(None)
-    p.process(1, bucket, rows([leader(0), leader(0, partition=1)]), watermark=0)
-    p.process(1, bucket, rows([broker(500, 3, "fenced")], first_seq=5, broadcast=True),
-              watermark=T0 + 100)
-    out = p.process(1, bucket, rows([]), watermark=T0 + 1000)
-    changes = [json.loads(r[4]) for r in out if r[0] == "isr_change"]
-    assert [(c["partition"], c["cause"]) for c in changes] == [(0, "controller"),
-                                                             (1, "controller")]
+        out = process(p, bucket, [task], bucket_id)
+        out += process(p, bucket, [pack([append(5000, 1), append(5000, 1, partition=1),
+                                          append(5000, 1, partition=2)], buckets=3,
+                                         first_offset=5)], bucket_id)
+        reports += of_kind(out, "dead_letter")
+        removals += [c["partition"] for c in of_kind(out, "isr_change")
+                     if c["cause"] == "controller"]
+    assert len(reports) == 1 and reports[0]["reason_class"] == "invalid"
+    assert sorted(removals) == [0, 1, 2]  # each bucket fenced broker 3 in its partitions
 
 
 def test_end_of_input_flushes_and_reports_every_partition_and_a_summary():
     p = BucketProcessor(MONITOR)
     bucket = p.restore(None)
-    data = rows([leader(0, replicas=[1, 2], isr=[1, 2]), append(10, 10), fetch(20, 2, 10, 10)])
-    end = rows([END_OF_INPUT], first_seq=3, end_ts=T0 + 100_000)
-    out = p.process(0, bucket, pa.concat_tables([data, end]), watermark=0)
-    assert kinds(out).count("partition_state") == 1 and "summary" in kinds(out)
-    state = json.loads(next(r[4] for r in out if r[0] == "partition_state"))
+    events = [leader(0, replicas=[1, 2], isr=[1, 2]), append(10, 10), fetch(20, 2, 10, 10)]
+    out = process(p, bucket, [pack(events, topic="e.jsonl", partition=-1, end_ts=T0 + 100_000)])
+    (state,) = of_kind(out, "partition_state")
     assert state["hw"] == 10 and state["isr"] == [1, 2]
-    summary = json.loads(next(r[4] for r in out if r[0] == "summary"))
+    (summary,) = [json.loads(r.value) for r in out if r.kind == "summary"]
     assert summary == {"kafka": [1, 0, 0]}
 
 
@@ -132,7 +185,7 @@ def test_a_checkpoint_of_another_bucket_layout_stops_with_a_clear_error():
         next(make_state_function(MONITOR, labels)((1,), iter([]), None))
     p = BucketProcessor(MONITOR)
     bucket = p.restore(None, (1, 4))
-    p.process(1, bucket, rows([leader(0)]), watermark=0, batch_max_ts=T0 + 60000)
+    process(p, bucket, [pack([leader(0), append(60000, 1)], buckets=1)], 0)
     saved = p.save(bucket)
     assert snapshot.snapshot(p.restore(saved, (1, 4)).engine) == snapshot.snapshot(bucket.engine)
     assert bucket.engine.partitions["kafka"]  # the leader event was applied and saved
@@ -141,3 +194,29 @@ def test_a_checkpoint_of_another_bucket_layout_stops_with_a_clear_error():
     before_labels = zlib.compress(pickle.dumps(pickle.loads(zlib.decompress(saved))[1:]))
     with pytest.raises(ValueError, match=clear):  # state of a version before labels
         p.restore(before_labels, (1, 4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=300),
+                          st.just(END_OF_INPUT),
+                          st.builds(lambda ts: b'{"v":1,"type":"append","ts":%d,"topic":"t",'
+                                               b'"partition":0,"leader":1,"leader_epoch":0,'
+                                               b'"leader_leo":5}' % ts,
+                                    st.integers(-2**70, 2**70))), max_size=20),
+       st.one_of(st.none(), st.integers(0, 2**50)))
+def test_packing_and_a_bucket_take_any_bytes_without_raising(values, clock):
+    """Every Kafka record comes out: as an event, a rejection or a dead letter
+    (even one that carries a file source's end-of-input marker)."""
+    p = BucketProcessor(MONITOR)
+    bucket = p.restore(None)
+    tasks = [Packer([0, 1], MONITOR.max_future_ms).pack(
+        [None] * len(values), values, ["t"] * len(values), [0] * len(values),
+        list(range(len(values))), clock, [False] * len(values))]
+    seen = 0
+    for bucket_id in (0, 1):
+        out = process(p, p.restore(None), tasks, bucket_id)
+        seen += len(of_kind(out, "dead_letter"))
+        table = unpack([r[1] for r in tasks[0] if r[0] == bucket_id])
+        seen += sum(1 for ts in table.column("ts").to_pylist() if ts is not None)
+    assert seen == len(values)
+    assert bucket.watermark == -1

@@ -6,6 +6,7 @@ same bytes (replay engines are compared byte for byte).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict
@@ -125,23 +126,43 @@ class Alert(_Out):
         return status == "firing" and started != ts
 
 
+# A dead letter carries at most this much of the original message, so that it
+# stays far below a producer's 1 MB limit whatever came in; a longer original
+# is cut, with its size and SHA-256 noted.
+RAW_MAX_BYTES = 16 * 1024
+SOURCE_MAX = 512
+
+
 class DeadLetter(_Out):
     """An input message that could not be applied, with where it came from."""
 
     type: Literal["dead_letter"] = "dead_letter"
     reason: str
     reason_class: str
-    # Original bytes, decoded as UTF-8 with invalid bytes escaped.
+    # Original bytes, decoded as UTF-8 with invalid bytes escaped (the first
+    # RAW_MAX_BYTES of them).
     raw: str
     source: str
     offset: int
+    raw_truncated: bool = False
+    raw_size: Optional[int] = None     # bytes of the original, when cut
+    raw_sha256: Optional[str] = None   # of the original, when cut
 
     @classmethod
-    def of(cls, source: str, offset: int, raw: bytes | str, reason: str,
+    def of(cls, source: str, offset: int, raw: bytes | str | None, reason: str,
            reason_class: str) -> "DeadLetter":
-        text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "backslashreplace")
-        return cls(reason=reason, reason_class=reason_class, raw=text, source=source,
-                   offset=offset)
+        data = b"" if raw is None else raw.encode("utf-8", "surrogateescape") if isinstance(
+            raw, str) else bytes(raw)
+        cut = {}
+        if len(data) > RAW_MAX_BYTES:
+            cut = {"raw_truncated": True, "raw_size": len(data),
+                   "raw_sha256": hashlib.sha256(data).hexdigest()}
+            data = data[:RAW_MAX_BYTES]
+        if len(source) > SOURCE_MAX:
+            source = source[:SOURCE_MAX - 1] + "…"
+        return cls(reason=reason, reason_class=reason_class,
+                   raw=data.decode("utf-8", "backslashreplace"), source=source, offset=offset,
+                   **cut)
 
 
 DECISION_TYPES = {

@@ -29,6 +29,16 @@ class Rejection:
     reason_class: str = "invalid"
 
 
+REASON_MAX = 500  # characters: a reason names the problem, it does not carry the input
+_QUOTED_MAX = 120
+
+
+def one_line(text: str, limit: int = REASON_MAX) -> str:
+    """`text` on one line, at most `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors(include_url=False)[0]
     loc = ".".join(str(p) for p in err["loc"]) or "event"
@@ -36,13 +46,15 @@ def _first_error(exc: ValidationError) -> str:
     if err["type"] == "missing":
         return f"missing field '{loc}'"
     if "input" in err and err["type"] not in ("value_error", "assertion_error"):
-        return f"{loc}: {msg} (got {err['input']!r})"
+        return f"{loc}: {msg} (got {one_line(repr(err['input']), _QUOTED_MAX)})"
     return f"{loc}: {msg}" if loc != "event" else msg
 
 
 def decode(raw: Union[bytes, str, None]) -> Union[Any, Rejection]:
     """Decode one JSON message into an event, or say why not."""
-    data = raw.encode() if isinstance(raw, str) else bytes(raw)
+    if raw is None:
+        return Rejection("null value (a Kafka tombstone)", b"", "not_json")
+    data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else bytes(raw)
     try:
         return fast.DECODER.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError):
@@ -52,7 +64,8 @@ def decode(raw: Union[bytes, str, None]) -> Union[Any, Rejection]:
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        return Rejection(f"not JSON: {exc.args[0] if exc.args else exc}", data, "not_json")
+        return Rejection(one_line(f"not JSON: {exc.args[0] if exc.args else exc}"), data,
+                         "not_json")
     return _careful(obj, data)
 
 
@@ -74,19 +87,20 @@ def _careful(obj: object, data: bytes) -> Union[Any, Rejection]:
     if version != SCHEMA_VERSION or type(version) is not int:
         if version is None:
             return Rejection("missing field 'v'", data, "bad_version")
-        return Rejection(f"unsupported schema version {version!r}", data, "bad_version")
+        return Rejection(one_line(f"unsupported schema version {version!r}"), data,
+                         "bad_version")
     kind = obj.get("type")
     model = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if model is None:
         if kind is None:
             return Rejection("missing field 'type'", data, "unknown_type")
-        return Rejection(f"unknown type {kind!r}", data, "unknown_type")
+        return Rejection(one_line(f"unknown type {kind!r}"), data, "unknown_type")
     try:
         event = model.model_validate(obj)
     except ValidationError as exc:
-        return Rejection(f"{kind}: {_first_error(exc)}", data, "invalid")
+        return Rejection(one_line(f"{kind}: {_first_error(exc)}"), data, "invalid")
     except Exception as exc:  # a validator bug must not stop the stream either
-        return Rejection(f"{kind}: {type(exc).__name__}: {exc}", data, "invalid")
+        return Rejection(one_line(f"{kind}: {type(exc).__name__}: {exc}"), data, "invalid")
     try:
         return fast.from_builtins(event.model_dump(mode="json"))
     except Exception:  # noqa: BLE001 - the two disagree: keep pydantic's event

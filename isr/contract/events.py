@@ -14,8 +14,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 MAX_LONG = 2**63 - 1  # Kafka's offsets and times are Java longs
+# Times stop at 9999-12-31T23:59:59.999Z: the last instant a 4-digit ISO 8601
+# year (Alertmanager's startsAt), Python's datetime and Spark's timestamps all
+# hold. A producer sending microseconds or nanoseconds gets a dead letter, not
+# a clock 50 000 years ahead. Times in the near future are the sequencer's
+# business (monitor.max_future_ms).
+MAX_TS = 253402300799999
 
 NonNegInt = Annotated[int, Field(ge=0, le=MAX_LONG)]
+Timestamp = Annotated[int, Field(ge=0, le=MAX_TS)]
+Name = Annotated[str, Field(min_length=1, max_length=249)]  # Kafka's topic-name limit
+# Bounds on lists keep every output record far below a producer's 1 MB limit.
+MAX_REPLICAS = 1024
 BrokerId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 # Kafka sends -1 for "no broker epoch" (ZooKeeper mode, Fetch < v15).
 BrokerEpoch = Annotated[int, Field(ge=-1, le=MAX_LONG)]
@@ -57,12 +67,12 @@ class _Event(BaseModel):
 
     # A strict int pinned to 1 (Literal[1] would also take JSON `true`).
     v: Annotated[int, Field(ge=SCHEMA_VERSION, le=SCHEMA_VERSION, strict=True)]
-    cluster: Annotated[str, Field(min_length=1)] = "default"
-    ts: NonNegInt
+    cluster: Name = "default"
+    ts: Timestamp
 
 
 class _PartitionEvent(_Event):
-    topic: Annotated[str, Field(min_length=1, max_length=249)]
+    topic: Name
     partition: NonNegInt
     leader: BrokerId
     leader_epoch: NonNegInt
@@ -89,7 +99,7 @@ class Fetch(_FollowerEvent):
     """The leader served a follower fetch and updated its view of the follower."""
 
     type: Literal["fetch"]
-    received_ts: Optional[NonNegInt] = None
+    received_ts: Optional[Timestamp] = None
     log_start_offset: Optional[NonNegInt] = None
     broker_epoch: Optional[BrokerEpoch] = None
 
@@ -112,8 +122,8 @@ class Append(_PartitionEvent):
 
 class Leader(_PartitionEvent):
     type: Literal["leader"]
-    replicas: Annotated[list[BrokerId], Field(min_length=1)]
-    isr: list[BrokerId]
+    replicas: Annotated[list[BrokerId], Field(min_length=1, max_length=MAX_REPLICAS)]
+    isr: Annotated[list[BrokerId], Field(max_length=MAX_REPLICAS)]
     leader_epoch_start_offset: NonNegInt
     hw: Optional[NonNegInt] = None
     min_insync_replicas: Optional[Annotated[int, Field(ge=1)]] = None
@@ -130,7 +140,7 @@ class Isr(_PartitionEvent):
     """The ISR the cluster itself committed, for comparison only."""
 
     type: Literal["isr"]
-    isr: list[BrokerId]
+    isr: Annotated[list[BrokerId], Field(max_length=MAX_REPLICAS)]
     partition_epoch: Optional[NonNegInt] = None
 
 

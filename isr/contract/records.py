@@ -15,7 +15,8 @@ from isr.contract.decisions import (Alert, DeadLetter, IsrChange, IsrPropagation
                                     PartitionState)
 
 SUMMARY = "summary"  # end of a bounded input: a bucket's model statistics
-INTERNAL_KINDS = frozenset({SUMMARY})
+WATERMARK = "watermark"  # the watermark a bucket reached in the batch (ts)
+INTERNAL_KINDS = frozenset({SUMMARY, WATERMARK})
 
 
 class OutputRecord(NamedTuple):

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Optional
 from isr.config import MonitorSettings
 from isr.contract.decisions import PartitionState
 from isr.engine.listeners import Listener, hooks
-from isr.engine.sequencer import Sequencer, late_reason
+from isr.engine.sequencer import Sequencer
 from isr.model.brokers import Brokers
 from isr.model.partition import PartitionModel
 from isr.model.rules import Rules
@@ -73,7 +73,8 @@ class LocalEngine:
         self.rules = {p: rules_for(monitor, p) for p in self.policies}
         self.partitions: dict[str, dict[tuple, PartitionModel]] = {p: {} for p in self.policies}
         self.brokers: dict[str, Brokers] = {}
-        self.sequencer = Sequencer(None if external_watermark else monitor.allowed_lateness_ms)
+        self.sequencer = Sequencer(monitor.allowed_lateness_ms, monitor.max_future_ms,
+                                   external=external_watermark)
         self.on_reject = on_reject
         self.decisions: list = []  # output records taken since the last take_decisions
         self.ignored: Counter = Counter()
@@ -91,12 +92,12 @@ class LocalEngine:
     # ------------------------------------------------------------ ordering
     def submit(self, event, seq: int, origin: Any = None) -> Outcome:
         """Offer one validated event; it is applied once the watermark passes it.
-        Returns `late` at once, else `applied`; a model rejection of the event
-        once released goes to `on_reject`."""
+        Returns `late` or `future` at once, else `applied`; a model rejection of
+        the event once released goes to `on_reject`."""
         sequencer = self.sequencer
-        if not sequencer.offer(event.ts, seq, event, origin):
-            return Outcome("late", late_reason(event.ts, sequencer.watermark,
-                                               self.monitor.allowed_lateness_ms))
+        verdict = sequencer.offer(event.ts, seq, event, origin)
+        if verdict is not None:
+            return Outcome(verdict, sequencer.refusal(verdict, event.ts))
         if event.ts > self.max_ts:
             self.max_ts = event.ts
         if len(sequencer.queued) >= sequencer.release_at:

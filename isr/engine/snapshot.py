@@ -28,10 +28,20 @@ class StateVersionError(ValueError):
     pass
 
 
+def _jsonable(origin: Any) -> Any:
+    """An origin (source, offset, raw) with its raw bytes as text: the raw
+    message of a queued event decoded, so it is UTF-8."""
+    if isinstance(origin, (tuple, list)):
+        return [o.decode("utf-8", "backslashreplace") if isinstance(o, bytes) else o
+                for o in origin]
+    return origin
+
+
 def snapshot(engine: LocalEngine) -> bytes:
-    """Origins of queued events must be JSON-able."""
+    """Origins of queued events must be JSON-able (or tuples with bytes)."""
     seq = engine.sequencer
-    queued = [[ts, s, encode(ev).decode(), origin] for ts, s, ev, origin in seq.queued]
+    queued = [[ts, s, encode(ev).decode(), _jsonable(origin)]
+              for ts, s, ev, origin in seq.queued]
     return orjson.dumps({
         "v": VERSION,
         "policies": engine.policies,

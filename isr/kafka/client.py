@@ -4,11 +4,14 @@ the source and the sinks ask."""
 from __future__ import annotations
 
 import re
+import sys
 import time
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from isr.errors import KafkaUnavailable
 
 from isr.config import KafkaSettings
 
@@ -91,16 +94,17 @@ def topic_partitions(conf: dict[str, str], topics: Iterable[str] = (),
     return found
 
 
-def end_offsets(conf: dict[str, str], partitions: list[tuple[str, int]],
-                known: Optional[dict[tuple[str, int], int]] = None,
-                timeout: float = 10.0) -> dict[tuple[str, int], int]:
-    """The true end (high watermark) of each partition.
+def watermarks(conf: dict[str, str], partitions: list[tuple[str, int]],
+               known: Optional[dict[tuple[str, int], int]] = None,
+               timeout: float = 10.0) -> dict[tuple[str, int], tuple[int, int]]:
+    """(log start offset, true end) of each partition.
 
     ListOffsets(latest) is not trusted: the embedded broker answers the last
     batch's base offset + 1, which would leave a partition's tail unread. The
     high watermark carried by a fetch response is right on every broker, so
     one fetch is made per partition, from just below the listed end (or from
     the end already known), and the fetched high watermark wins when higher.
+    Raises KafkaTimeout when the cluster does not answer.
     """
     if not partitions:
         return {}
@@ -110,10 +114,10 @@ def end_offsets(conf: dict[str, str], partitions: list[tuple[str, int]],
         listed = {}
         for tp in partitions:
             low, high = c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout)
-            listed[tp] = max(high, known.get(tp, 0))
-        assign = [TopicPartition(t, p, max(0, listed[(t, p)] - 1)) for t, p in partitions
-                  if listed[(t, p)] > 0]
-        ends = dict(listed)
+            listed[tp] = (low, max(high, known.get(tp, 0)))
+        assign = [TopicPartition(t, p, max(0, listed[(t, p)][1] - 1)) for t, p in partitions
+                  if listed[(t, p)][1] > 0]
+        marks = dict(listed)
         if assign:
             c.assign(assign)
             waiting = {(tp.topic, tp.partition) for tp in assign}
@@ -122,15 +126,62 @@ def end_offsets(conf: dict[str, str], partitions: list[tuple[str, int]],
                 msg = c.poll(0.2)
                 if msg is None:
                     continue
-                tp = (msg.topic(), msg.partition())
                 err = msg.error()
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     continue
-                waiting.discard(tp)
+                waiting.discard((msg.topic(), msg.partition()))
+            if waiting:
+                raise KafkaTimeout(f"no fetch answer for {sorted(waiting)} within {timeout:g} s")
             for t, p in {(tp.topic, tp.partition) for tp in assign}:
                 _low, high = c.get_watermark_offsets(TopicPartition(t, p), cached=True)
-                if high is not None and high > ends[(t, p)]:
-                    ends[(t, p)] = high
-        return ends
+                low, end = marks[(t, p)]
+                if high is not None and high > end:
+                    marks[(t, p)] = (low, high)
+        return marks
     finally:
         c.close()
+
+
+def end_offsets(conf: dict[str, str], partitions: list[tuple[str, int]],
+                known: Optional[dict[tuple[str, int], int]] = None,
+                timeout: float = 10.0) -> dict[tuple[str, int], int]:
+    """The true end (high watermark) of each partition (see watermarks)."""
+    return {tp: end for tp, (_low, end) in watermarks(conf, partitions, known, timeout).items()}
+
+
+T = TypeVar("T")
+
+
+def riding_out(what: str, budget_s: float, call: Callable[[], T],
+               log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> T:
+    """`call()`, tried again with backoff while Kafka does not answer, for up
+    to `budget_s` seconds: a broker restart of a few minutes is ridden out,
+    a longer outage ends in one line (KafkaUnavailable)."""
+    started = time.monotonic()
+    delay, warned = 0.5, False
+    while True:
+        try:
+            result = call()
+            if warned:
+                log(f"isr: {what}: Kafka answers again after {time.monotonic() - started:.0f} s")
+            return result
+        except (KafkaException, KafkaTimeout) as exc:
+            waited = time.monotonic() - started
+            if waited >= budget_s:
+                raise KafkaUnavailable(f"{what}: Kafka unreachable for {waited:.0f} s "
+                                       f"(kafka.outage_timeout_s = {budget_s:g}): "
+                                       f"{_one_line(exc)}") from None
+            if not warned:
+                log(f"isr: {what}: Kafka does not answer ({_one_line(exc)}); "
+                    f"retrying for up to {budget_s:g} s")
+                warned = True
+            time.sleep(min(delay, max(0.0, budget_s - waited)))
+            delay = min(delay * 2, 10.0)
+
+
+class KafkaTimeout(RuntimeError):
+    """A Kafka request that got no answer in time (retried by riding_out)."""
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]

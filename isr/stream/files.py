@@ -3,9 +3,11 @@
 Same columns as the Kafka sources. `offset` is the line's index over all
 files (the arrival order the local engine uses), `key` its 1-based line
 number in its file (what a dead letter reports), `partition` is -1 (a file,
-not a Kafka partition). After the last line comes one end-of-input row whose
-key is the largest event time of the input: it makes every bucket apply what
-it still holds and run its checks up to that time.
+not a Kafka partition). Lines whose index is in the `skip` option's file are
+left out (replay_spark.py judged them late or future already). After the
+last line comes one end-of-input row whose key is the largest event time of
+the input: it makes every bucket apply what it still holds and run its
+checks up to that time.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from isr.stream.operator import END_OF_INPUT
+from isr.stream.packing import END_OF_INPUT
 from isr.stream.source import SCHEMA, record_batch
 
 # Each micro-batch's lines are read by this many tasks of equal size (a
@@ -44,11 +46,13 @@ def line_starts(path: str) -> list[tuple[int, int]]:
 
 class LineRange(InputPartition):
     def __init__(self, path: str, label: str, first_index: int, first_line: int, count: int,
-                 byte_start: int, end_row: bool, end_ts: int) -> None:
+                 byte_start: int, end_row: bool, end_ts: int,
+                 skip: frozenset = frozenset()) -> None:
         super().__init__((path, first_index, count))
         self.path, self.label, self.first_index, self.first_line, self.count = (
             path, label, first_index, first_line, count)
         self.byte_start, self.end_row, self.end_ts = byte_start, end_row, end_ts
+        self.skip = skip  # row indices in this range to leave out
 
 
 class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -58,6 +62,8 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # What dead letters name as the source (e.g. "-" for stdin).
         self.labels: list[str] = json.loads(opts.get("labels") or opts["paths"])
         self.end_ts = int(opts["end_ts"])
+        skip_path = opts.get("skip")
+        self.skip: list[int] = json.load(open(skip_path)) if skip_path else []
         limit = opts.get("maxoffsetspertrigger")
         self.max_rows = int(limit) if limit else None
         self.starts = [line_starts(p) for p in self.paths]
@@ -93,7 +99,8 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for chunk in range(first, last, chunk_rows):
                 count = min(chunk_rows, last - chunk)
                 byte, number = starts[chunk - base]
-                ranges.append(LineRange(path, label, chunk, number, count, byte, False, 0))
+                skip = frozenset(i for i in self.skip if chunk <= i < chunk + count)
+                ranges.append(LineRange(path, label, chunk, number, count, byte, False, 0, skip))
             base += len(starts)
         if lo <= base < hi:  # the end-of-input row
             ranges.append(LineRange("", "", base, 0, 0, 0, True, self.end_ts))
@@ -127,9 +134,10 @@ def read_lines(r: LineRange, batch_rows: int = 8192) -> Iterator:
                 break
             raw = raw.rstrip(b"\r\n")
             if raw.strip():
-                cols["key"].append(str(line_no).encode())
-                cols["value"].append(raw)
-                cols["offset"].append(index)
+                if index not in r.skip:
+                    cols["key"].append(str(line_no).encode())
+                    cols["value"].append(raw)
+                    cols["offset"].append(index)
                 index, left = index + 1, left - 1
                 if len(cols["offset"]) >= batch_rows:
                     yield flush()

@@ -2,11 +2,9 @@
 decisions out (to Kafka, or to any `write_batch(batch_id, records)` sink).
 
     source (built-in `kafka` or `isr_kafka`) -> key, value, topic, partition, offset
-      -> pre-stage in the JVM: bucket, ts, seq (json_tuple; broker events to every bucket)
-      -> mapInArrow: one Arrow IPC blob per bucket per input batch    [operator.py]
-      -> withWatermark(allowed lateness), late rows kept (keep_late_rows)
-      -> groupBy(bucket).applyInPandasWithState(leader model)        [operator.py]
-      -> foreachBatch -> sink                                    [sink.py]
+      -> mapInArrow: decode, judge, pack per bucket (Arrow IPC)     [packing.py]
+      -> groupBy(bucket).applyInPandasWithState(LocalEngine)        [operator.py]
+      -> foreachBatch -> sinks                                      [sink.py]
 """
 
 from __future__ import annotations
@@ -18,13 +16,8 @@ from typing import Callable, Optional
 
 from isr.config import Settings
 from isr.contract.records import SPARK_SCHEMA, OutputRecord
-from isr.stream.operator import (
-    INPUT_COLUMNS,
-    PACKED_SCHEMA,
-    STATE_SCHEMA,
-    make_state_function,
-    make_packer,
-)
+from isr.stream.operator import STATE_SCHEMA, make_state_function
+from isr.stream.packing import PACKED_SCHEMA, make_packer
 from isr.stream.partitioning import bucket_labels
 
 KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13"
@@ -79,13 +72,14 @@ def source_options(settings: Settings) -> dict[str, str]:
     opts["startingOffsets"] = inp.starting_offsets
     if inp.max_offsets_per_trigger:
         opts["maxOffsetsPerTrigger"] = str(inp.max_offsets_per_trigger)
-    if inp.source == "kafka":
-        opts["failOnDataLoss"] = "true"
+    opts["failOnDataLoss"] = str(inp.fail_on_data_loss).lower()
+    if inp.source == "python":
+        opts["isr.outageTimeoutS"] = str(settings.kafka.outage_timeout_s)
     return opts
 
 
 def read_source(spark, settings: Settings):
-    from isr.stream.source import IsrKafkaDataSource
+    from isr.stream.source import SOURCE_COLUMNS, IsrKafkaDataSource
 
     if settings.input.source == "python":
         spark.dataSource.register(IsrKafkaDataSource)
@@ -104,87 +98,42 @@ def read_source(spark, settings: Settings):
                 f"spark-submit --packages {KAFKA_PACKAGE}:<your Spark version>, or set "
                 "input.source = \"python\"") from exc
         raise
-    return df.select("key", "value", "topic", "partition", "offset")
+    if fmt == "kafka":  # no word on backlogs: its partitions never hold the watermark
+        from pyspark.sql import functions as F
+        df = df.withColumn("behind", F.lit(False))
+    return df.select(*SOURCE_COLUMNS)
 
 
-def prepare(df, buckets: int, allowed_lateness_ms: int):
-    """JVM-side pre-stage: which bucket each row goes to (by its label, the
-    state key: partitioning.py), its event time and its arrival order. Broker
-    events (cluster-wide) go to every bucket."""
+def packed(df, settings: Settings, live: bool):
+    """The Python packing stage (packing.py): every record decoded and judged,
+    one row per bucket per input task. `live`: add the micro-batch's clock
+    (Spark replaces current_timestamp() by the batch's timestamp and keeps it
+    in its offset log) for the future test; a replay has none."""
     from pyspark.sql import functions as F
 
-    from isr.stream.operator import END_OF_INPUT
-
-    labels = bucket_labels(buckets)
-    every_bucket = F.array(*[F.lit(label) for label in labels])
-
-    v = F.col("value").cast("string")
-    fields = df.select("*", F.json_tuple(v, "type", "cluster", "topic", "partition", "ts")
-                       .alias("j_type", "j_cluster", "j_topic", "j_partition", "j_ts"))
-    is_end = F.col("value") == F.lit(END_OF_INPUT)
-    broadcast = (F.col("j_type") == "broker") | is_end
-    cluster = F.coalesce(F.col("j_cluster"), F.lit("default"))
-    # Rows that are not JSON spread by their source coordinates instead.
-    home = F.when(F.col("j_topic").isNotNull(),
-                  F.pmod(F.hash(cluster, F.col("j_topic"), F.col("j_partition")), F.lit(buckets))
-                  ).otherwise(F.pmod(F.hash(F.col("topic"), F.col("partition"), F.col("offset")),
-                                     F.lit(buckets)))
-    targets = F.when(broadcast, every_bucket).otherwise(
-        F.array(F.element_at(every_bucket, home + 1)))
-    ts = F.col("j_ts").cast("long")
-    # Arrival order: offset within the source partition, then the partition.
-    seq = F.col("offset") * F.lit(1 << 20) + F.pmod(F.hash("topic", "partition"), F.lit(1 << 20))
-    out = fields.select(
-        F.explode(targets).alias("bucket"),
-        ts.alias("ts"),
-        seq.alias("seq"),
-        F.col("key"),
-        F.col("value"),
-        F.col("topic"),
-        F.col("partition"),
-        F.col("offset"),
-        F.coalesce(broadcast, F.lit(False)).alias("broadcast"),
-        F.when(is_end, F.col("key").cast("string").cast("long")).alias("end_ts"),
-    )
-    # Few, large rows into the stateful operator: its per-row cost is what
-    # limited a one-row-per-event design (docs/benchmarks.md).
-    packed = out.mapInArrow(make_packer(labels), PACKED_SCHEMA)
-    with_time = packed.select("*", F.timestamp_millis("max_ts").alias("et"))
-    return keep_late_rows(with_time.withWatermark("et", f"{allowed_lateness_ms} milliseconds"))
+    labels = bucket_labels(settings.stream.state_buckets)
+    if live:
+        df = df.select("*", F.current_timestamp().alias("clock"))
+    return df.mapInArrow(make_packer(labels, settings.monitor.max_future_ms, live),
+                         PACKED_SCHEMA)
 
 
-def keep_late_rows(df):
-    """Spark's stateful operators silently drop rows older than the previous
-    batch's watermark; the monitor must dead-letter them instead. The
-    watermark is computed where withWatermark() stands, from the real event
-    times; downstream, the event-time column is replaced by a null one that
-    carries the same watermark metadata, so the operator still has its
-    event-time timeouts but finds no row to drop. Late rows are then judged
-    (and dead-lettered) by the operator against the same watermark."""
-    from pyspark.sql import functions as F
-
-    meta = next(f.metadata for f in df.schema.fields if f.name == "et")
-    others = [c for c in df.columns if c != "et"]
-    return df.select(*others, F.lit(None).cast("timestamp").alias("et")).withMetadata("et", meta)
-
-
-def decisions_stream(spark, settings: Settings, source_df):
+def decisions_stream(spark, settings: Settings, source_df, live: bool = True):
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    prepared = prepare(source_df, settings.stream.state_buckets,
-                       settings.monitor.allowed_lateness_ms).select(*INPUT_COLUMNS)
-    return prepared.groupBy("bucket").applyInPandasWithState(
+    return packed(source_df, settings, live).groupBy("bucket").applyInPandasWithState(
         make_state_function(settings.monitor, bucket_labels(settings.stream.state_buckets)),
-        SPARK_SCHEMA, STATE_SCHEMA, "append",
-        GroupStateTimeout.EventTimeTimeout)
+        SPARK_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
 
 
 def start(spark, settings: Settings, write_batch: Callable, source_df=None,
-          trigger: Optional[dict] = None, checkpoint: Optional[str] = None):
+          trigger: Optional[dict] = None, checkpoint: Optional[str] = None, live: bool = True):
     """Start the query; `write_batch(batch_id, records)` receives each
-    micro-batch's output records (OutputRecord) on the driver."""
+    micro-batch's output records (OutputRecord) on the driver. `live`: the
+    input is a live stream (future times are judged by the batch's clock);
+    a replay of files judges them by event time before (replay_spark.py)."""
     source_df = read_source(spark, settings) if source_df is None else source_df
-    out = decisions_stream(spark, settings, source_df)
+    out = decisions_stream(spark, settings, source_df, live)
 
     def each_batch(df, batch_id: int) -> None:
         write_batch(batch_id, [OutputRecord(*r) for r in df.collect()])
@@ -207,10 +156,15 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
 
     conf = client_config(settings.kafka)
     out = settings.output
-    ensure_topics(conf, [out.changes_topic, out.state_topic, out.dead_letter_topic,
-                         out.alerts_topic, out.commit_topic])
+
+    def topics_setup() -> None:
+        ensure_topics(conf, [out.changes_topic, out.state_topic, out.dead_letter_topic,
+                             out.alerts_topic, out.commit_topic])
+
+    topics_setup()
     spark = spark or spark_session(settings, master)
-    sink = KafkaSink(conf, out, settings.stream.query_name)
+    sink = KafkaSink(conf, out, settings.stream.query_name, settings.kafka.outage_timeout_s,
+                     topics_setup)
     deliverer = Deliverer(settings.delivery) if settings.delivery.webhooks else None
     metrics = Metrics(settings.metrics) if settings.metrics.enabled else None
     if metrics is not None:
@@ -226,7 +180,9 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
             if deliverer is not None:
                 metrics.observe_delivery(deliverer.counts, deliverer.outbox_size)
 
-    return start(spark, settings, write, trigger=trigger)
+    query = start(spark, settings, write, trigger=trigger)
+    sink.bind(query.id)  # the checkpoint's id: the same across restarts from it
+    return query
 
 
 def watch_progress(spark, query_name: str, on_progress: Callable[[dict], None]) -> None:

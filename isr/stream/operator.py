@@ -2,12 +2,17 @@
 many partitions: their leader models, the events queued for the watermark,
 the listeners' state (engine/snapshot.py).
 
-Per call it restores the bucket, decodes the new rows in arrival order and
-offers them to the engine's sequencer (unreadable or late ones become dead
-letters at once), moves the watermark to what this batch reaches (its
-largest ts minus the allowed lateness), which applies what lies below it and
-runs the checks up to it, and returns the decisions, the changed partitions'
-states and the dead letters as output records. No rule lives here.
+Per call it restores the bucket, takes the batch's packed records
+(packing.py) in arrival order, dead-letters those the packing stage already
+rejected, offers the others to the engine's sequencer (a late one becomes a
+dead letter at once), moves the watermark to what every source partition of
+the batch has reached (packing.hold_of) minus the allowed lateness, which
+applies what lies below it and runs the checks up to it, and returns the
+decisions, the changed partitions' states and the dead letters as output
+records. The watermark lives in the bucket's own state: every bucket gets a
+row from every input task, so all compute the same one, and Spark's own
+watermark (which every record, valid or not, would move) is not used. No
+rule lives here.
 """
 
 from __future__ import annotations
@@ -15,55 +20,22 @@ from __future__ import annotations
 import json
 import pickle
 import zlib
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from isr.config import MonitorSettings
-from isr.contract import Rejection, decode
+from isr.contract import decode
 from isr.contract.decisions import DeadLetter
-from isr.contract.records import SUMMARY, OutputRecord, to_record
+from isr.contract.records import SUMMARY, WATERMARK, OutputRecord, to_record
 from isr.engine import snapshot
 from isr.engine.listeners import TouchedPartitions
 from isr.engine.local import LocalEngine, standard_listeners
+from isr.engine.sequencer import LATE
 from isr.engine.summary import model_stats
+from isr.errors import CheckpointError
 from isr.gc_tuning import fewer_gc_passes
+from isr.stream.packing import PACK_COLUMNS, hold_of, unpack
 
-# Per event, after the pre-stage in job.py; packed per bucket into Arrow IPC
-# blobs (make_packer) so that the stateful operator gets few large rows.
-# Name -> Arrow type (Spark's types for these columns).
-EVENT_TYPES = {"ts": "int64", "seq": "int64", "key": "binary", "value": "binary",
-               "topic": "string", "partition": "int32", "offset": "int64", "broadcast": "bool",
-               "end_ts": "int64"}
-EVENT_COLUMNS = list(EVENT_TYPES)
-PACKED_SCHEMA = "bucket int, max_ts long, pack binary"
-# What the operator receives. `max_ts` is the largest ts of the whole input
-# batch the pack came from (not only of its bucket's events): every bucket gets
-# a row from every input batch, so each knows the micro-batch's largest ts.
-INPUT_COLUMNS = ["bucket", "pack", "max_ts", "et"]
 STATE_SCHEMA = "engine binary"
-# A value that is not an event but the end of a bounded input (replay).
-END_OF_INPUT = b"\x00isr:end-of-input"
-
-
-def source_name(topic: str, partition: int) -> str:
-    """A Kafka partition as topic/partition; a file (partition -1) by its name."""
-    return topic if partition < 0 else f"{topic}/{partition}"
-
-
-def event_schema():
-    """The Arrow schema of the packed events."""
-    import pyarrow as pa
-
-    return pa.schema([(name, pa.type_for_alias(t)) for name, t in EVENT_TYPES.items()])
-
-
-def to_ipc(data) -> bytes:
-    """An Arrow table or record batch as IPC stream bytes (packs)."""
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, data.schema) as writer:
-        writer.write(data)
-    return sink.getvalue().to_pybytes()
 
 
 class Bucket:
@@ -81,16 +53,16 @@ class Bucket:
         return self.engine.sequencer.watermark
 
 
-def layout_error(found, expected_buckets: int) -> ValueError:
-    return ValueError(
+def layout_error(found, expected_buckets: int) -> CheckpointError:
+    return CheckpointError(
         f"the state checkpoint holds bucket {found}, which is not a bucket of "
         f"stream.state_buckets = {expected_buckets}: this checkpoint was written with "
         "another bucket layout (another state_buckets, or an isr-monitor before bucket "
         "labels); start the job with a new stream.checkpoint_location")
 
 
-def version_error(exc: Exception) -> ValueError:
-    return ValueError(f"the state checkpoint cannot be read: {exc}; start the job with a new "
+def version_error(exc: Exception) -> CheckpointError:
+    return CheckpointError(f"the state checkpoint cannot be read: {exc}; start the job with a new "
                       "stream.checkpoint_location")
 
 
@@ -102,14 +74,11 @@ class BucketProcessor:
         self.monitor = monitor
         self.several = len(monitor.policy) > 1
 
-    def _listeners(self) -> tuple[list, TouchedPartitions]:
-        touched = TouchedPartitions()
-        return standard_listeners(self.monitor) + [touched], touched
-
     def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None) -> Bucket:
         """A bucket from its state (None: a new one). `layout` (index, buckets)
         must be the one the state was saved with."""
-        listeners, touched = self._listeners()
+        touched = TouchedPartitions()
+        listeners = standard_listeners(self.monitor) + [touched]
         if blob is None:
             engine = LocalEngine(self.monitor, listeners=listeners, external_watermark=True)
             return Bucket(engine, touched, layout)
@@ -130,61 +99,50 @@ class BucketProcessor:
         return zlib.compress(pickle.dumps((bucket.layout, snapshot.snapshot(bucket.engine)),
                                           protocol=5), 1)
 
-    def process(self, bucket_id: int, bucket: Bucket, table, watermark: int,
-                batch_max_ts: Optional[int] = None) -> list[OutputRecord]:
-        """Apply one batch of rows (an Arrow table of event_schema(), in
-        arrival order). Rows older than Spark's `watermark` (the previous
-        batch's largest ts minus the allowed lateness) are late. Then the
-        watermark moves on to this batch's largest ts (`batch_max_ts`, over
-        all buckets) minus the lateness, the value Spark will hand the next
-        batch: any row that could still come below it will be late, so what
-        lies below is applied now, not one batch later."""
+    def process(self, bucket_id: int, bucket: Bucket, table, hold: Optional[int]
+                ) -> list[OutputRecord]:
+        """Apply one batch's packed records (an Arrow table of packing's
+        columns, in arrival order). Records older than the bucket's watermark
+        (what the batches before reached) are late. Then the watermark moves
+        on to `hold` (what every source partition of this batch reached) minus
+        the allowed lateness: whatever could still come below it will be late,
+        so what lies below is applied now."""
         engine = bucket.engine
-        sequencer = engine.sequencer
-        sequencer.external_watermark = max(sequencer.external_watermark, watermark)
         dead: list[DeadLetter] = []
         end_ts = None
-        columns = {name: table.column(name).to_pylist() for name in
-                   ("seq", "key", "value", "topic", "partition", "offset", "broadcast",
-                    "end_ts")}
-        for i, value in enumerate(columns["value"]):
-            if value == END_OF_INPUT:
-                end = columns["end_ts"][i]
+        cols = {name: table.column(name).to_pylist() for name in PACK_COLUMNS}
+        sources, offsets, reasons = cols["source"], cols["offset"], cols["reason"]
+        submit = engine.submit
+        for i, value in enumerate(cols["value"]):
+            end = cols["end_ts"][i]
+            if end is not None:
                 end_ts = end if end_ts is None else max(end_ts, end)
                 continue
-            origin = self._origin(columns, i)
-            event = decode(value)
-            if isinstance(event, Rejection):
-                # A broadcast row (broker event) reaches every bucket; only
-                # bucket 0 reports it.
-                if not columns["broadcast"][i] or bucket_id == 0:
-                    dead.append(DeadLetter.of(*origin, event.reason, event.reason_class))
+            if reasons[i] is not None:  # rejected when it was packed
+                dead.append(DeadLetter.of(sources[i], offsets[i], value, reasons[i],
+                                          cols["reason_class"][i]))
                 continue
-            outcome = engine.submit(event, columns["seq"][i], origin)
-            if outcome.status == "late" and (not columns["broadcast"][i] or bucket_id == 0):
-                dead.append(DeadLetter.of(*origin, outcome.reason, "late"))
+            origin = (sources[i], offsets[i], value)
+            outcome = submit(decode(value), cols["seq"][i], origin)
+            if outcome.status == LATE:
+                dead.append(DeadLetter.of(*origin, outcome.reason, LATE))
         engine.on_reject = lambda origin, reason: dead.append(
             DeadLetter.of(*origin, reason, "model"))
-        if end_ts is not None:
-            engine.finish(until=end_ts)
-            return self._emit(engine, [to_record(s, self.several) for s in engine.states()],
-                              dead, OutputRecord(SUMMARY, str(bucket_id), f"summary/{bucket_id}",
-                                                 end_ts, json.dumps(model_stats(engine))))
-        new = watermark if batch_max_ts is None else max(
-            watermark, batch_max_ts - self.monitor.allowed_lateness_ms)
-        engine.advance_watermark(new)
-        states = [to_record(m.view(), self.several) for key in bucket.touched.take()
-                  for m in self._models(engine, key)]
-        return self._emit(engine, states, dead)
-
-    @staticmethod
-    def _origin(columns: dict, i: int) -> tuple[str, int, str]:
-        """(source, offset, raw) of row i: a file reports its line number (the
-        key), a Kafka partition its offset."""
-        topic, partition = columns["topic"][i], columns["partition"][i]
-        offset = int(columns["key"][i]) if partition < 0 else columns["offset"][i]
-        return (source_name(topic, partition), offset,
-                columns["value"][i].decode("utf-8", "backslashreplace"))
+        try:
+            if end_ts is not None:
+                engine.finish(until=end_ts)
+                stats = OutputRecord(SUMMARY, str(bucket_id), f"summary/{bucket_id}", end_ts,
+                                     json.dumps(model_stats(engine)))
+                return self._emit(engine, engine.states(), dead, stats)
+            if hold is not None:
+                engine.advance_watermark(hold - self.monitor.allowed_lateness_ms)
+            touched = [m.view() for key in bucket.touched.take()
+                       for m in self._models(engine, key)]
+            wm = bucket.watermark
+            return self._emit(engine, touched, dead, OutputRecord(
+                WATERMARK, str(bucket_id), f"watermark/{bucket_id}", wm, ""))
+        finally:
+            engine.on_reject = None
 
     @staticmethod
     def _models(engine: LocalEngine, key: tuple):
@@ -193,60 +151,12 @@ class BucketProcessor:
             if m is not None:
                 yield m
 
-    def _emit(self, engine: LocalEngine, states: list[OutputRecord], dead: list[DeadLetter],
-              *extra: OutputRecord) -> list[OutputRecord]:
-        engine.on_reject = None
-        out = [*extra, *(to_record(d, self.several) for d in engine.take_decisions())]
-        out.extend(states)
+    def _emit(self, engine: LocalEngine, states: list, dead: list[DeadLetter],
+              internal: OutputRecord) -> list[OutputRecord]:
+        out = [internal, *(to_record(d, self.several) for d in engine.take_decisions())]
+        out.extend(to_record(s, self.several) for s in states)
         out.extend(to_record(d) for d in dead)
         return out
-
-
-def make_packer(labels: Sequence[int]):
-    """For mapInArrow: each input batch becomes one row per bucket (by label,
-    partitioning.py) holding that bucket's events as an Arrow IPC stream (no
-    per-event Python work).
-    Every bucket gets a row (empty pack if no event of the batch is its own)
-    carrying the batch's largest ts, so that each bucket learns the
-    micro-batch's largest ts and can release events one batch earlier."""
-
-    def pack_by_bucket(batches: Iterator) -> Iterator:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            batch_max = pc.max(batch.column("ts")).as_py()
-            order = pc.sort_indices(batch.column("bucket"))
-            ordered = batch.take(order)
-            runs = pc.run_end_encode(ordered.column("bucket"))
-            packs: dict[int, bytes] = {}
-            start = 0
-            for value, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
-                part = ordered.slice(start, end - start)
-                packs[value] = to_ipc(pa.RecordBatch.from_arrays(
-                    [part.column(c) for c in EVENT_COLUMNS], names=EVENT_COLUMNS))
-                start = end
-            # A key that is not a label still gets its row, so that the state
-            # function stops with a clear error instead of the events vanishing.
-            targets = sorted(set(labels) | set(packs)) if batch_max is not None else sorted(packs)
-            yield pa.RecordBatch.from_pydict(
-                {"bucket": pa.array(targets, pa.int32()),
-                 "max_ts": pa.array([batch_max] * len(targets), pa.int64()),
-                 "pack": pa.array([packs.get(b, b"") for b in targets], pa.binary())})
-
-    return pack_by_bucket
-
-
-def unpack(packs: Iterable[bytes]):
-    """The events of packed blobs as one Arrow table, in arrival order."""
-    import pyarrow as pa
-
-    batches = [batch for blob in packs if blob  # empty: no event of that input batch
-               for batch in pa.ipc.open_stream(blob)]
-    schema = event_schema()
-    return pa.Table.from_batches(batches).cast(schema) if batches else schema.empty_table()
 
 
 def make_state_function(monitor: MonitorSettings, labels: Sequence[int]):
@@ -271,23 +181,16 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int]):
 def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
           state) -> list[OutputRecord]:
     """Restore the bucket (index, buckets), apply the batch's rows, save it."""
-    bucket = layout[0]
-    bucket_state = processor.restore(state.get[0] if state.exists else None, layout)
-    watermark = state.getCurrentWatermarkMs()
+    bucket = processor.restore(state.get[0] if state.exists else None, layout)
     # All chunks of the batch at once: one partition_state per changed
     # partition per batch, not per chunk.
     packs: list[bytes] = []
-    batch_max_ts = None
+    summaries: list[bytes] = []
     for pdf in pdfs:
         packs.extend(pdf["pack"].tolist())
-        top = pdf["max_ts"].max()
-        if top == top and (batch_max_ts is None or top > batch_max_ts):  # not NaN
-            batch_max_ts = int(top)
-    rows = processor.process(bucket, bucket_state, unpack(packs), watermark, batch_max_ts)
-    state.update((processor.save(bucket_state),))
-    # Called again once Spark's watermark passes the one reached here, rows
-    # or not: that is what runs the checks of partitions that get no events.
-    state.setTimeoutTimestamp(max(bucket_state.watermark, watermark, 0) + 1)
+        summaries.extend(pdf["summary"].tolist())
+    rows = processor.process(layout[0], bucket, unpack(packs), hold_of(summaries))
+    state.update((processor.save(bucket),))
     return rows
 
 

@@ -14,30 +14,50 @@ from typing import Optional
 from isr.config import Settings
 from isr.contract import DECISION_TYPES, Rejection, decode
 from isr.contract.decisions import output_order
-from isr.contract.records import SUMMARY, OutputRecord
+from isr.contract.decisions import DeadLetter
+from isr.contract.records import INTERNAL_KINDS, SUMMARY, OutputRecord
+from isr.engine.sequencer import Sequencer
 from isr.engine.summary import summarize
 from isr.replay import ReplayResult, ReplayStats
 
 
-def _scan(paths: list[str]) -> tuple[int, int]:
-    """(largest ts of a valid event, number of lines). The local engine runs
-    its last checks at that ts; the Spark job is told so at end of input."""
-    top, lines = -1, 0
-    for path in paths:
-        with open(path, "rb") as f:
-            for raw in f:
-                if raw.strip():
-                    lines += 1
-                    ev = decode(raw.rstrip(b"\r\n"))
-                    if not isinstance(ev, Rejection) and ev.ts > top:
-                        top = ev.ts
-    return top, lines
+class Admission:
+    """What the local engine's sequencer admits, judged once over the whole
+    input before the job runs: the late and future lines become dead letters
+    here and never reach the job, whatever its micro-batches, and the
+    largest admitted ts is where the job's last checks run (`end_ts`)."""
+
+    def __init__(self, paths: list[str], labels: list[str], settings: Settings) -> None:
+        monitor = settings.monitor
+        sequencer = Sequencer(monitor.allowed_lateness_ms, monitor.max_future_ms)
+        self.lines = 0
+        self.skip: list[int] = []  # row indices over all files
+        self.dead: list[DeadLetter] = []
+        for path, label in zip(paths, labels):
+            with open(path, "rb") as f:
+                for number, raw in enumerate(f, 1):
+                    if not raw.strip():
+                        continue
+                    index, self.lines = self.lines, self.lines + 1
+                    raw = raw.rstrip(b"\r\n")
+                    ev = decode(raw)
+                    if isinstance(ev, Rejection):
+                        continue  # the job dead-letters it itself
+                    verdict = sequencer.offer(ev.ts, index, None)
+                    sequencer.queued.clear()  # only the admission matters here
+                    if verdict is not None:
+                        self.skip.append(index)
+                        self.dead.append(DeadLetter.of(label, number, raw,
+                                                       sequencer.refusal(verdict, ev.ts),
+                                                       verdict))
+        self.end_ts = sequencer.max_ts
 
 
 def replay_spark(sources: list[str], settings: Settings, spark=None,
                  max_offsets_per_trigger: Optional[int] = None) -> ReplayResult:
     from isr.stream.files import LinesDataSource
     from isr.stream.job import spark_session, start
+    from isr.stream.source import SOURCE_COLUMNS
 
     workdir = tempfile.mkdtemp(prefix="isr-replay-")
     try:
@@ -53,28 +73,37 @@ def replay_spark(sources: list[str], settings: Settings, spark=None,
             labels.append(name)
         spark = spark or spark_session(settings, settings.stream.master, "isr-replay")
         spark.dataSource.register(LinesDataSource)
-        end_ts, lines = _scan(paths)
+        admitted = Admission(paths, labels, settings)
+        skip = os.path.join(workdir, "skip.json")
+        with open(skip, "w") as f:
+            json.dump(admitted.skip, f)
         reader = (spark.readStream.format("isr_lines").option("paths", json.dumps(paths))
-                  .option("labels", json.dumps(labels)).option("end_ts", str(end_ts)))
+                  .option("labels", json.dumps(labels)).option("end_ts", str(admitted.end_ts))
+                  .option("skip", skip))
         if max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-        source_df = reader.load().select("key", "value", "topic", "partition", "offset")
-        rows: list[tuple] = []
+        source_df = reader.load().select(*SOURCE_COLUMNS)
+        rows: list[OutputRecord] = []
         query = start(spark, settings, lambda _id, batch: rows.extend(batch),
                       source_df=source_df, trigger={"availableNow": True},
-                      checkpoint=os.path.join(workdir, "checkpoint"))
+                      checkpoint=os.path.join(workdir, "checkpoint"), live=False)
         query.awaitTermination()
-        return collect(rows, settings, lines)
+        return collect(rows, settings, admitted.lines, admitted.dead)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def collect(records: list[OutputRecord], settings: Settings, lines: int = 0) -> ReplayResult:
-    """Turn the job's output records into what `isr replay` prints."""
-    decisions, states, dead, stats = [], {}, [], {}
+def collect(records: list[OutputRecord], settings: Settings, lines: int = 0,
+            dead: Optional[list] = None) -> ReplayResult:
+    """Turn the job's output records (and the dead letters judged before)
+    into what `isr replay` prints."""
+    decisions, states, stats = [], {}, {}
+    dead = list(dead or [])
     for r in records:
         kind, value = r.kind, r.value
-        if kind == SUMMARY:
+        if kind in INTERNAL_KINDS:
+            if kind != SUMMARY:
+                continue
             for policy, numbers in json.loads(value).items():
                 total = stats.setdefault(policy, [0, 0, 0])
                 for i, n in enumerate(numbers):

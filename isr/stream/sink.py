@@ -1,32 +1,39 @@
 """Exactly-once output to Kafka topics, from foreachBatch on the driver.
 
-Every record carries headers `isr.query`, `isr.batch` and `isr.id` (the
+Every record carries headers `isr.query`, `isr.checkpoint` (the id of the
+Spark checkpoint the query runs from), `isr.batch` and `isr.id` (the
 decision's deterministic id). After a micro-batch's records are delivered
-(idempotent producer, acks=all), one commit record {batch, offsets} goes to
-the commit topic. On restart Spark re-runs the first uncommitted batch with
-the same input and state, so it produces the same records: the sink skips a
-batch it has already committed, and for a batch cut short by a crash it
-reads what reached the output topics after the last commit and writes only
-the rest. No Kafka transactions are needed (the embedded broker does not
-hide aborted ones).
+(idempotent producer, acks=all), one commit record {batch, offsets,
+checkpoint} goes to the commit topic. On restart Spark re-runs the first
+uncommitted batch with the same input and state, so it produces the same
+records: the sink skips a batch its checkpoint has already committed, and for
+a batch cut short by a crash it reads what reached the output topics after
+the last commit and writes only the rest. Batch numbers of another
+checkpoint (a new `stream.checkpoint_location` under the same query name)
+never count: the sink says so in one line and starts its own. No Kafka
+transactions are needed (the embedded broker does not hide aborted ones).
+
+A Kafka that does not answer is waited for, up to `kafka.outage_timeout_s`;
+then the batch fails with one line (KafkaUnavailable).
 """
 
 from __future__ import annotations
 
 import json
+import sys
+import threading
+import time
 from typing import Iterable, Optional
 
 from confluent_kafka import KafkaError, TopicPartition
 
 from isr.config import OutputSettings
 from isr.contract.records import OutputRecord
-from isr.kafka.client import consumer, producer, send, topic_partitions
+from isr.errors import KafkaUnavailable, SinkError
+from isr.kafka.client import (KafkaTimeout, consumer, producer, riding_out, send,
+                              topic_partitions)
 
-H_QUERY, H_BATCH, H_ID = "isr.query", "isr.batch", "isr.id"
-
-
-class SinkError(RuntimeError):
-    pass
+H_QUERY, H_CHECKPOINT, H_BATCH, H_ID = "isr.query", "isr.checkpoint", "isr.batch", "isr.id"
 
 
 def _headers(msg) -> dict[str, str]:
@@ -34,7 +41,8 @@ def _headers(msg) -> dict[str, str]:
 
 
 def read_to_end(conf: dict, starts: dict[tuple[str, int], int], timeout: float = 30.0):
-    """Every message from the given offsets to the end of each partition."""
+    """Every message from the given offsets to the end of each partition
+    (KafkaTimeout if an end is not seen within `timeout` of silence)."""
     if not starts:
         return
     c = consumer(conf, **{"auto.offset.reset": "earliest"})
@@ -47,7 +55,7 @@ def read_to_end(conf: dict, starts: dict[tuple[str, int], int], timeout: float =
             if msg is None:
                 idle += 0.5
                 if idle > timeout:
-                    raise SinkError(f"no end of partition seen for {sorted(waiting)}")
+                    raise KafkaTimeout(f"no end of partition seen for {sorted(waiting)}")
                 continue
             idle = 0.0
             err = msg.error()
@@ -62,10 +70,15 @@ def read_to_end(conf: dict, starts: dict[tuple[str, int], int], timeout: float =
 
 
 class KafkaSink:
-    def __init__(self, conf: dict, output: OutputSettings, query_name: str) -> None:
+    def __init__(self, conf: dict, output: OutputSettings, query_name: str,
+                 outage_s: float = 300.0, topics_setup=None) -> None:
+        """`topics_setup()`: creates the output topics (again, after an outage
+        in which they may have gone); None: nothing to do."""
         self.conf = conf
         self.output = output
         self.query = query_name
+        self.outage_s = outage_s
+        self.topics_setup = topics_setup
         self.topics = {
             "isr_change": output.changes_topic,
             "isr_propagation": output.changes_topic,
@@ -73,35 +86,72 @@ class KafkaSink:
             "dead_letter": output.dead_letter_topic,
             "alert": output.alerts_topic,
         }
-        self._producer = producer(conf)
+        # librdkafka keeps retrying a record this long: the outage budget.
+        self._producer = producer(conf, **{"message.timeout.ms": int(outage_s * 1000) + 30000})
         self._committed: Optional[tuple[int, dict[str, int]]] = None
         self._recovered = False
+        self._checkpoint: Optional[str] = None
+        self._bound = threading.Event()
+        self._waited = False  # the last batch waited for Kafka: topics may be gone
+
+    def bind(self, checkpoint_id: str) -> None:
+        """The id of the checkpoint the query runs from (StreamingQuery.id); a
+        batch is written only once it is known."""
+        self._checkpoint = checkpoint_id
+        self._bound.set()
 
     # ------------------------------------------------------------ commits
     def _last_commit(self) -> tuple[int, dict[str, int]]:
-        tps = topic_partitions(self.conf, [self.output.commit_topic])
-        last = (-1, {})
-        for msg in read_to_end(self.conf, {tp: 0 for tp in tps}):
-            if msg.key() == self.query.encode():
-                record = json.loads(msg.value())
-                last = (record["batch"], record["offsets"])
-        return last
+        """This checkpoint's last commit (batch, offsets). Without one, batch
+        -1 and the offsets of the last commit of any checkpoint (the output
+        before them is not this checkpoint's)."""
+        tps = self._ride("sink", lambda: topic_partitions(self.conf, [self.output.commit_topic]))
+        mine, latest = None, None
+        for msg in self._read(tps and {tp: 0 for tp in tps}):
+            if msg.key() != self.query.encode():
+                continue
+            record = json.loads(msg.value())
+            latest = record
+            if record.get("checkpoint") == self._checkpoint:
+                mine = record
+        if latest is not None and latest.get("checkpoint") != self._checkpoint:
+            print(f"isr: sink: the last commit of query {self.query} in "
+                  f"{self.output.commit_topic} is batch {latest['batch']} of checkpoint "
+                  f"{latest.get('checkpoint', '(unnamed)')}; this checkpoint is "
+                  f"{self._checkpoint}, which writes its own batches from "
+                  f"{mine['batch'] + 1 if mine else 0}", file=sys.stderr)
+        if mine is not None:
+            return mine["batch"], mine["offsets"]
+        return -1, latest["offsets"] if latest is not None else {}
 
     def _already_written(self, batch_id: int, offsets: dict[str, int]) -> set[str]:
         """Ids of this batch's records that a crashed attempt delivered."""
-        tps = topic_partitions(self.conf, sorted(set(self.topics.values())))
+        tps = self._ride("sink", lambda: topic_partitions(
+            self.conf, sorted(set(self.topics.values()))))
         starts = {tp: offsets.get(f"{tp[0]}/{tp[1]}", 0) for tp in tps}
         ids = set()
-        for msg in read_to_end(self.conf, starts):
+        for msg in self._read(starts):
             h = _headers(msg)
-            if h.get(H_QUERY) == self.query and h.get(H_BATCH) == str(batch_id):
+            if (h.get(H_QUERY) == self.query and h.get(H_CHECKPOINT) == self._checkpoint
+                    and h.get(H_BATCH) == str(batch_id)):
                 ids.add(h.get(H_ID))
         return ids
+
+    def _read(self, starts):
+        return self._ride("sink", lambda: list(read_to_end(self.conf, starts or {})))
+
+    def _ride(self, what: str, call):
+        return riding_out(what, self.outage_s, call)
 
     # ------------------------------------------------------------ write
     def write_batch(self, batch_id: int, records: Iterable[OutputRecord]) -> int:
         """Write one micro-batch's output records; returns how many were
         produced (0 for a batch already committed)."""
+        if not self._bound.wait(120):
+            raise SinkError("the sink was never told its checkpoint id")
+        if self._waited and self.topics_setup is not None:
+            self._ride("sink", self.topics_setup)  # Kafka came back: are the topics there?
+            self._waited = False
         if self._committed is None:
             self._committed = self._last_commit()
         last_batch, offsets = self._committed
@@ -122,7 +172,8 @@ class KafkaSink:
             offsets[key] = max(offsets.get(key, 0), msg.offset() + 1)
 
         produced = 0
-        headers_base = [(H_QUERY, self.query), (H_BATCH, str(batch_id))]
+        headers_base = [(H_QUERY, self.query), (H_CHECKPOINT, self._checkpoint),
+                        (H_BATCH, str(batch_id))]
         for r in records:
             topic = self.topics.get(r.kind)  # (internal records have no topic)
             if topic is None or r.id in skip:
@@ -130,7 +181,8 @@ class KafkaSink:
             self._produce(topic, r.key, r.value, headers_base + [(H_ID, r.id)], delivered)
             produced += 1
         self._flush(errors)
-        commit = json.dumps({"batch": batch_id, "offsets": offsets}, sort_keys=True)
+        commit = json.dumps({"batch": batch_id, "offsets": offsets,
+                             "checkpoint": self._checkpoint}, sort_keys=True)
         self._produce(self.output.commit_topic, self.query, commit, headers_base, None)
         self._flush(errors)
         self._committed = (batch_id, offsets)
@@ -140,8 +192,20 @@ class KafkaSink:
         send(self._producer, topic, value, key, headers=headers, on_delivery=callback)
 
     def _flush(self, errors: list[str]) -> None:
-        remaining = self._producer.flush(60)
-        if remaining:
-            raise SinkError(f"{remaining} records not delivered within 60 s")
+        """Wait until every record is delivered: through an outage of up to
+        the budget (librdkafka retries meanwhile), then one line."""
+        started = time.monotonic()
+        remaining = self._producer.flush(5)
+        while remaining:
+            waited = time.monotonic() - started
+            if not self._waited:
+                print(f"isr: sink: Kafka does not take {remaining} record(s); waiting up to "
+                      f"{self.outage_s:g} s", file=sys.stderr)
+                self._waited = True
+            if waited > self.outage_s + 30:
+                raise KafkaUnavailable(f"sink: {remaining} record(s) not delivered in "
+                                       f"{waited:.0f} s (kafka.outage_timeout_s = "
+                                       f"{self.outage_s:g})")
+            remaining = self._producer.flush(5)
         if errors:
-            raise SinkError(f"delivery failed: {errors[0]} ({len(errors)} records)")
+            raise SinkError(f"sink: delivery failed: {errors[0]} ({len(errors)} records)")

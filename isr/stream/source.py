@@ -14,6 +14,8 @@ import time
 from typing import Iterator, Optional
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from isr.errors import DataLossError
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -21,16 +23,21 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+# Spark's Kafka source's columns, plus `behind`: the partition holds more than
+# this micro-batch reads of it (a backlog read in slices), so the watermark
+# must wait for it (packing.hold_of).
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
-          "timestamp timestamp")
+          "timestamp timestamp, behind boolean")
+# What the job reads of a source (Spark's own Kafka source has no `behind`).
+SOURCE_COLUMNS = ["key", "value", "topic", "partition", "offset", "behind"]
 ARROW_BATCH_ROWS = 8192
-# A read that makes no progress for this long fails the task (Spark retries it).
-STALL_TIMEOUT_S = 60.0
+# How long Kafka may not answer before the job stops (kafka.outage_timeout_s).
+DEFAULT_OUTAGE_S = 300.0
 
 
 def record_batch(keys: list, values: list, topic: str, partition: int, offsets: list,
-                 timestamps_us: Optional[list] = None):
-    """One Arrow batch with the Kafka sources' columns (SCHEMA)."""
+                 timestamps_us: Optional[list] = None, behind: bool = False):
+    """One Arrow batch with the sources' columns (SCHEMA)."""
     import pyarrow as pa
 
     n = len(offsets)
@@ -39,8 +46,9 @@ def record_batch(keys: list, values: list, topic: str, partition: int, offsets: 
         [pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
          pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
          pa.array(offsets, pa.int64()),
-         pa.nulls(n, ts_type) if timestamps_us is None else pa.array(timestamps_us, ts_type)],
-        names=["key", "value", "topic", "partition", "offset", "timestamp"])
+         pa.nulls(n, ts_type) if timestamps_us is None else pa.array(timestamps_us, ts_type),
+         pa.array([behind] * n, pa.bool_())],
+        names=["key", "value", "topic", "partition", "offset", "timestamp", "behind"])
 
 
 def _key(topic: str, partition: int) -> str:
@@ -75,10 +83,31 @@ def share_limit(lags: dict[str, int], max_rows: int) -> dict[str, int]:
 
 
 class KafkaRange(InputPartition):
-    def __init__(self, topic: str, partition: int, start: int, end: int, conf: dict) -> None:
+    def __init__(self, topic: str, partition: int, start: int, end: int, conf: dict,
+                 outage_s: float, fail_on_data_loss: bool, behind: bool = False) -> None:
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.start, self.end, self.conf = (
             topic, partition, start, end, conf)
+        self.outage_s, self.fail_on_data_loss = outage_s, fail_on_data_loss
+        self.behind = behind  # the partition holds more than this range
+
+
+class DataLossRow(InputPartition):
+    """One record saying which offsets of a partition were lost (offset -1:
+    packing.is_data_loss)."""
+
+    def __init__(self, topic: str, partition: int, reason: str) -> None:
+        super().__init__((topic, partition, reason))
+        self.topic, self.partition, self.reason = topic, partition, reason
+
+
+# In an end offset (the offset log keeps them, so a re-run batch reads alike):
+GAPS = "~gaps"  # {partition key: [offset to read on from, reason]}
+BEHIND = "~behind"  # [partition keys that hold more than the batch reads]
+
+
+def _positions(offsets: dict) -> dict[str, int]:
+    return {k: v for k, v in offsets.items() if not k.startswith("~")}
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -97,35 +126,75 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise ValueError("isr_kafka: startingOffsets must be earliest or latest")
         limit = self.options.get("maxoffsetspertrigger")
         self.max_offsets = int(limit) if limit else None
+        # Spark's connector's name and default for the same choice.
+        self.fail_on_data_loss = str(self.options.get("failondataloss", "true")).lower() != "false"
+        self.outage_s = float(self.options.get("isr.outagetimeouts", DEFAULT_OUTAGE_S))
         self.latest: dict[str, int] = {}
         self.target: Optional[dict[str, int]] = None  # Trigger.AvailableNow
 
     # ------------------------------------------------------------ offsets
-    def _partitions(self) -> list[tuple[str, int]]:
-        from isr.kafka.client import topic_partitions
-        return topic_partitions(self.conf, self.topics, self.pattern)
+    def _marks(self, known: dict[str, int]) -> dict[str, tuple[int, int]]:
+        """(log start, end) of every input partition, riding out an outage."""
+        from isr.kafka.client import riding_out, topic_partitions, watermarks
 
-    def _ends(self, known: dict[str, int]) -> dict[str, int]:
-        from isr.kafka.client import end_offsets
-        tps = self._partitions()
-        ends = end_offsets(self.conf, tps, {_split(k): v for k, v in known.items()})
-        return {_key(t, p): v for (t, p), v in ends.items()}
+        def ask():
+            tps = topic_partitions(self.conf, self.topics, self.pattern)
+            marks = watermarks(self.conf, tps, {_split(k): v for k, v in known.items()})
+            return {_key(t, p): v for (t, p), v in marks.items()}
+
+        return riding_out("input", self.outage_s, ask)
 
     def initialOffset(self) -> dict:
-        if self.starting == "latest":
-            return self._ends({})
-        return {_key(t, p): 0 for t, p in self._partitions()}
+        marks = self._marks({})
+        pick = 1 if self.starting == "latest" else 0
+        return {k: v[pick] for k, v in marks.items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        ends = self._ends(start) if self.target is None else dict(self.target)
-        self.latest = ends
-        # A partition that appeared after the query started is read from its start.
-        begin = {k: start.get(k, 0 if self.starting == "earliest" else ends[k]) for k in ends}
+        start = _positions(start)
+        marks = self._marks(start)
+        gaps = self._lost(start, marks)
+        ends = {k: high for k, (_low, high) in marks.items()}
+        if self.target is not None:  # AvailableNow: what was there when it began
+            ends = {k: min(v, self.target[k]) for k, v in ends.items() if k in self.target}
+        self.latest = {k: high for k, (_low, high) in marks.items()}
+        # A partition new to the query is read from its start (or its end).
+        begin = {k: gaps[k][0] if k in gaps else start.get(
+            k, marks[k][0] if self.starting == "earliest" else marks[k][1]) for k in ends}
+        ends = {k: max(v, begin[k]) for k, v in ends.items()}
         if isinstance(limit, ReadMaxRows):
-            lags = {k: max(0, ends[k] - begin[k]) for k in ends}
+            lags = {k: ends[k] - begin[k] for k in ends}
             shares = share_limit(lags, limit.max_rows)
             ends = {k: begin[k] + shares[k] for k in ends}
-        return {**start, **ends}
+        end = {**start, **ends}
+        if gaps:
+            end[GAPS] = {k: list(v) for k, v in gaps.items()}
+        full = self.target if self.target is not None else self.latest
+        behind = sorted(k for k, v in ends.items() if v < full.get(k, v))
+        if behind:
+            end[BEHIND] = behind
+        return end
+
+    def _lost(self, start: dict[str, int], marks: dict) -> dict[str, tuple[int, str]]:
+        """Partitions whose next offset is gone: {key: (offset to read on from, reason)}.
+        Stops the job instead unless failOnDataLoss is false. Never in silence."""
+        gaps = {}
+        for key, begin in start.items():
+            if key not in marks:
+                continue  # not there now (a broker restarting): nothing to read yet
+            low, high = marks[key]
+            if high < begin:
+                why = (f"input {key}: offsets went back from {begin} to {high} (was the topic "
+                       "deleted and created again?)")
+            elif low > begin:
+                why = f"input {key}: offsets {begin}..{low - 1} were deleted before they were read"
+            else:
+                continue
+            if self.fail_on_data_loss:
+                raise DataLossError(
+                    f"{why}; set input.fail_on_data_loss = false to read on and record the gap "
+                    "as a dead letter, or start with a new stream.checkpoint_location")
+            gaps[key] = (low, f"{why}; read on from offset {low}")
+        return gaps
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_offsets) if self.max_offsets else ReadAllAvailable()
@@ -134,37 +203,50 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.latest or None
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = self._ends({})
+        self.target = {k: high for k, (_low, high) in self._marks({}).items()}
 
-    def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
-        ranges = []
-        for key in sorted(end):
+    def partitions(self, start: dict, end: dict) -> list:
+        gaps = end.get(GAPS, {})
+        behind = set(end.get(BEHIND, ()))
+        ranges: list = []
+        for key in sorted(_positions(end)):
+            topic, partition = _split(key)
             begin = start.get(key, 0)
+            if key in gaps:
+                begin, reason = gaps[key]
+                ranges.append(DataLossRow(topic, partition, reason))
             if end[key] > begin:
-                topic, partition = _split(key)
-                ranges.append(KafkaRange(topic, partition, begin, end[key], self.conf))
+                ranges.append(KafkaRange(topic, partition, begin, end[key], self.conf,
+                                         self.outage_s, self.fail_on_data_loss, key in behind))
         return ranges
 
     def commit(self, end: dict) -> None:
         pass  # offsets live in Spark's checkpoint, not in a consumer group
 
     # ------------------------------------------------------------ data
-    def read(self, partition: KafkaRange) -> Iterator:
+    def read(self, partition) -> Iterator:
+        if isinstance(partition, DataLossRow):
+            return iter([record_batch([None], [partition.reason.encode()], partition.topic,
+                                      partition.partition, [-1])])
         return read_range(partition)
 
 
 def read_range(r: KafkaRange) -> Iterator:
-    """The records [start, end) of one Kafka partition as Arrow record batches."""
+    """The records [start, end) of one Kafka partition as Arrow record batches.
+    An outage of up to `r.outage_s` is waited out; offsets deleted under the
+    read stop it, or are reported as a data-loss record (offset -1)."""
     from confluent_kafka import KafkaError, TopicPartition
 
+    from isr.errors import KafkaUnavailable
     from isr.kafka.client import consumer
 
-    c = consumer(r.conf, **{"enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    # "error": an offset that is gone must be said, never skipped by a reset.
+    c = consumer(r.conf, **{"enable.partition.eof": True, "auto.offset.reset": "error"})
     columns: dict[str, list] = {n: [] for n in ("key", "value", "offset", "timestamp")}
 
     def flush():
         batch = record_batch(columns["key"], columns["value"], r.topic, r.partition,
-                             columns["offset"], columns["timestamp"])
+                             columns["offset"], columns["timestamp"], r.behind)
         for values in columns.values():
             values.clear()
         return batch
@@ -178,11 +260,16 @@ def read_range(r: KafkaRange) -> Iterator:
             for m in messages:
                 err = m.error()
                 if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= r.end:  # the range ends in control records
+                            position = r.end
+                        continue
+                    if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                        position = _lost_under_read(c, r, position, columns)
+                        break
+                    if err.fatal():
                         raise RuntimeError(f"isr_kafka: reading {r.topic}/{r.partition}: {err}")
-                    if m.offset() >= r.end:  # the range ends in control records
-                        position = r.end
-                    continue
+                    continue  # transient (a broker restarting): librdkafka retries
                 offset = m.offset()
                 if offset >= r.end:
                     position = r.end
@@ -194,15 +281,36 @@ def read_range(r: KafkaRange) -> Iterator:
                 position = offset + 1
             if messages:
                 last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
-                raise RuntimeError(f"isr_kafka: no progress reading {r.topic}/{r.partition} "
-                                   f"at offset {position} (end {r.end})")
+            elif time.monotonic() - last_progress > r.outage_s:
+                raise KafkaUnavailable(
+                    f"input {r.topic}/{r.partition}: no record for {r.outage_s:g} s at offset "
+                    f"{position} (end {r.end}; kafka.outage_timeout_s)")
             if len(columns["offset"]) >= ARROW_BATCH_ROWS:
                 yield flush()
         if columns["offset"]:
             yield flush()
     finally:
         c.close()
+
+
+def _lost_under_read(c, r: KafkaRange, position: int, columns: dict) -> int:
+    """Offsets deleted while the range was read: stop, or record the gap and
+    read on from the log's start."""
+    from confluent_kafka import TopicPartition
+
+    low, _high = c.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=10)
+    why = (f"input {r.topic}/{r.partition}: offsets {position}..{low - 1} were deleted "
+           "before they were read")
+    if r.fail_on_data_loss:
+        raise DataLossError(f"{why}; set input.fail_on_data_loss = false to read on and record "
+                            "the gap as a dead letter, or start with a new "
+                            "stream.checkpoint_location")
+    columns["key"].append(None)
+    columns["value"].append(f"{why}; read on from offset {low}".encode())
+    columns["offset"].append(-1)
+    columns["timestamp"].append(None)
+    c.assign([TopicPartition(r.topic, r.partition, low)])
+    return low
 
 
 class IsrKafkaDataSource(DataSource):

@@ -163,7 +163,7 @@ def test_every_bucket_gets_its_own_stateful_task(spark, buckets):
     task, exactly as Spark partitions them."""
     from pyspark.sql import functions as F
 
-    from isr.stream.operator import unpack
+    from isr.stream.packing import unpack
     from isr.stream.partitioning import bucket_labels, spark_hash_int
 
     labels = bucket_labels(buckets)
@@ -171,17 +171,20 @@ def test_every_bucket_gets_its_own_stateful_task(spark, buckets):
               .repartition(buckets, "bucket")  # the partitioning the operator requires
               .select("bucket", F.spark_partition_id().alias("task")).collect())
     assert {r.bucket: r.task for r in placed} == {label: i for i, label in enumerate(labels)}
-    # The job keys its state by these labels.
+    # The job keys its state by these labels: every event in one bucket,
+    # broker events in every bucket, none lost.
     source = spark.createDataFrame(
-        [(str(i).encode(), line, "events.jsonl", -1, i) for i, line in enumerate(workload.lines())],
-        "key binary, value binary, topic string, partition int, offset long")
-    packed = job.prepare(source, buckets, 1000).select("bucket", "pack").collect()
-    assert {r.bucket for r in packed} == set(labels)
-    tables = [unpack([r.pack]) for r in packed]
-    broadcast = [sum(t["broadcast"].to_pylist()) for t in tables]
-    rows = [t.num_rows for t in tables]
-    # Every event in one bucket, broker events (broadcast) in every bucket: none lost.
-    assert sum(rows) - sum(broadcast) + sum(broadcast) / buckets == len(workload.lines())
+        [(str(i + 1).encode(), line, "events.jsonl", -1, i, False)
+         for i, line in enumerate(workload.lines())],
+        "key binary, value binary, topic string, partition int, offset long, behind boolean")
+    settings = load_settings(None, BASE + [f"stream.state_buckets={buckets}"])
+    rows = job.packed(source, settings, live=False).select("bucket", "pack").collect()
+    assert {r.bucket for r in rows} == set(labels)
+    tables = [unpack([r.pack]) for r in rows]
+    brokers = sum(1 for line in workload.lines() if b'"type": "broker"' in line
+                  or b'"type":"broker"' in line)
+    assert brokers > 0
+    assert sum(t.num_rows for t in tables) == len(workload.lines()) + (buckets - 1) * brokers
     ints = spark.range(-300, 300).select(F.col("id").cast("int").alias("i"))
     assert {r.i: r.h for r in ints.select("i", F.hash("i").alias("h")).collect()} == {
         i: spark_hash_int(i) for i in range(-300, 300)}

@@ -11,14 +11,16 @@ import json
 import orjson
 from confluent_kafka import Producer
 
-T0 = 1_800_000_000_000
+# In the past (2023-11-14): the live job dead-letters times more than
+# monitor.max_future_ms ahead of its clock.
+T0 = 1_700_000_000_000
 LAG_MS = 10_000  # run with monitor.replica_lag_time_max_ms = LAG_MS
 
 BAD_LINES = [
     b"this is not json",
-    b'{"v":1,"type":"gossip","ts":1800000001000,"topic":"orders","partition":0}',
-    b'{"v":1,"type":"fetch","ts":1800000001000,"topic":"orders","partition":0,"leader":1,'
-    b'"leader_epoch":1,"replica":2,"fetch_offset":-5,"leader_leo":10}',
+    b'{"v":1,"type":"gossip","ts":%d,"topic":"orders","partition":0}' % (T0 + 1000),
+    b'{"v":1,"type":"fetch","ts":%d,"topic":"orders","partition":0,"leader":1,'
+    b'"leader_epoch":1,"replica":2,"fetch_offset":-5,"leader_leo":10}' % (T0 + 1000),
 ]
 
 

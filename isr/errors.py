@@ -1,0 +1,42 @@
+"""The reasons the streaming job stops, each already phrased as one line for
+the operator (`isr run` prints it and nothing else; details go to a file)."""
+
+from __future__ import annotations
+
+import re
+
+
+class JobError(RuntimeError):
+    """A reason the job cannot go on."""
+
+
+class KafkaUnavailable(JobError):
+    """Kafka did not answer for longer than kafka.outage_timeout_s."""
+
+
+class DataLossError(JobError):
+    """Input offsets are gone (a topic created again, retention ahead of the job)."""
+
+
+class SinkError(JobError):
+    """The output could not be written."""
+
+
+class CheckpointError(JobError, ValueError):
+    """The checkpoint belongs to another layout or version of the job."""
+
+
+_NAMES = "|".join(c.__name__ for c in (KafkaUnavailable, DataLossError, SinkError,
+                                       CheckpointError))
+_LINE = re.compile(rf"\b({_NAMES}): ([^\n]+)")
+
+
+def one_line_reason(text: str) -> str:
+    """The job's own reason in a failure's text (a Spark exception carries the
+    Python traceback of the worker or the driver callback), else its first line."""
+    found = _LINE.findall(text or "")
+    if found:
+        return found[-1][1].strip()
+    first = next((line.strip() for line in (text or "").splitlines() if line.strip()),
+                 "unknown error")
+    return first[:300]

@@ -1,0 +1,232 @@
+"""The stage before the stateful one, in Python: decode every input record,
+judge what can be judged without state, and pack each bucket's share of a
+task's records into one Arrow IPC blob, so the stateful operator sees a
+handful of rows per batch instead of one per event.
+
+Per record: it is decoded (a rejection keeps its one-line reason), refused as
+`future` when it is more than `monitor.max_future_ms` ahead of the micro-batch's
+clock (live streams only), and given its bucket (broker events and the
+end-of-input marker go to every bucket; a rejected record to one, which
+reports it) and its arrival order `seq`. Per source partition (a Kafka
+partition of the input, or a file) the largest ts of its accepted records
+goes to every bucket: each computes the same watermark from it
+(operator.py). No input, whatever its bytes, makes this raise.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Iterator, Optional, Sequence
+
+import orjson
+
+from isr.contract import Rejection, decode
+from isr.engine.sequencer import FUTURE, future_reason, is_future
+
+# Records that are not events, made by the monitor's own sources; a Kafka
+# record cannot pass for one, whatever its bytes. The end of a bounded input
+# comes from a file (partition -1); its key is the input's largest ts
+# (files.py, `isr replay --engine spark`). Input lost before it was read is
+# reported by the Python Kafka source with offset -1, its reason as the value
+# (source.py).
+END_OF_INPUT = b"\x00isr:end-of-input"
+
+
+def is_end_of_input(value, partition: int) -> bool:
+    return partition < 0 and value == END_OF_INPUT
+
+
+def is_data_loss(partition: int, offset: int) -> bool:
+    return partition >= 0 and offset < 0
+
+PACKED_SCHEMA = "bucket int, pack binary, summary binary"
+# The packed records, per bucket (name -> Arrow type). `reason` is set for a
+# record that is rejected already; `end_ts` for the end-of-input marker.
+PACK_TYPES = {"ts": "int64", "seq": "int64", "value": "binary", "source": "string",
+              "offset": "int64", "reason": "string", "reason_class": "string",
+              "end_ts": "int64"}
+PACK_COLUMNS = list(PACK_TYPES)
+
+
+def pack_schema():
+    import pyarrow as pa
+
+    return pa.schema([(name, pa.type_for_alias(t)) for name, t in PACK_TYPES.items()])
+
+
+def source_name(topic: str, partition: int) -> str:
+    """A Kafka partition as topic/partition; a file (partition -1) by its name."""
+    return topic if partition < 0 else f"{topic}/{partition}"
+
+
+def stable_hash(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8", "surrogateescape"))
+
+
+def bucket_of(cluster: str, topic: str, partition: int, buckets: int) -> int:
+    """The bucket that holds a monitored partition (the same on every run)."""
+    return stable_hash(f"{cluster}\x00{topic}\x00{partition}") % buckets
+
+
+def arrival_seq(source: str, offset: int) -> int:
+    """Arrival order: the offset within its source partition, then the source."""
+    return offset * (1 << 20) + stable_hash(source) % (1 << 20)
+
+
+def to_ipc(data) -> bytes:
+    """An Arrow table or record batch as IPC stream bytes."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write(data)
+    return sink.getvalue().to_pybytes()
+
+
+class Packer:
+    """Packs the records of one input task (pure: no Spark types)."""
+
+    def __init__(self, labels: Sequence[int], max_future_ms: int) -> None:
+        self.labels = list(labels)
+        self.max_future_ms = max_future_ms
+
+    def pack(self, keys: list, values: list, topics: list, partitions: list, offsets: list,
+             clock_ms: Optional[int], behind: Optional[list] = None
+             ) -> list[tuple[int, bytes, bytes]]:
+        """[(bucket label, pack, summary)] for one batch of input records, a row
+        for every bucket. `clock_ms`: the micro-batch's time (None: no future
+        test, as in a replay, which tests it against event time beforehand).
+        `behind`: per record, whether its source partition holds more than the
+        batch reads (None: nobody knows, e.g. Spark's own Kafka source)."""
+        n = len(self.labels)
+        rows: list[list] = [[] for _ in range(n)]
+        latest: dict[str, list] = {}  # source -> [largest accepted ts, behind]
+        behind = behind or [False] * len(values)
+        everyone = range(n)
+        for key, value, topic, partition, offset, more in zip(keys, values, topics, partitions,
+                                                              offsets, behind):
+            source = source_name(topic, partition)
+            # A file reports the line number (its key), Kafka the offset.
+            where = _line(key) if partition < 0 else offset
+            seq = arrival_seq(source, offset)
+            if is_end_of_input(value, partition):
+                row = (None, seq, value, source, where, None, None, _line(key))
+                for b in everyone:
+                    rows[b].append(row)
+                continue
+            if is_data_loss(partition, offset):
+                event, reason, reason_class = None, _text(value), "data_loss"
+            else:
+                event, reason, reason_class = self._judge(value, clock_ms)
+            if event is None:
+                home = stable_hash(f"{source}@{offset}") % n
+                rows[home].append((None, seq, value, source, where, reason, reason_class,
+                                   None))
+                continue
+            ts = event.ts
+            seen = latest.get(source)
+            if seen is None:
+                latest[source] = [ts, bool(more)]
+            elif ts > seen[0]:
+                seen[0] = ts
+            row = (ts, seq, value, source, where, None, None, None)
+            if event.type == "broker":
+                for b in everyone:
+                    rows[b].append(row)
+            else:
+                rows[bucket_of(event.cluster, event.topic, event.partition, n)].append(row)
+        summary = orjson.dumps(latest)
+        return [(label, _ipc_rows(bucket_rows) if bucket_rows else b"", summary)
+                for label, bucket_rows in zip(self.labels, rows)]
+
+    def _judge(self, value, clock_ms: Optional[int]):
+        """(event, None, None), or (None, reason, reason_class)."""
+        try:
+            event = decode(value)
+        except Exception as exc:  # noqa: BLE001 - decode never raises; if it ever did
+            return None, f"undecodable: {type(exc).__name__}", "invalid"
+        if isinstance(event, Rejection):
+            return None, event.reason, event.reason_class
+        if clock_ms is not None and is_future(event.ts, clock_ms, self.max_future_ms):
+            return None, future_reason(event.ts, clock_ms, self.max_future_ms,
+                                       "the batch's clock"), FUTURE
+        return event, None, None
+
+
+def _text(value) -> str:
+    return (value or b"").decode("utf-8", "replace")
+
+
+def _line(key) -> int:
+    try:
+        return int(key)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _ipc_rows(rows: list[tuple]) -> bytes:
+    import pyarrow as pa
+
+    columns = list(zip(*rows))
+    schema = pack_schema()
+    return to_ipc(pa.RecordBatch.from_arrays(
+        [pa.array(col, schema.field(i).type) for i, col in enumerate(columns)],
+        schema=schema))
+
+
+def unpack(packs):
+    """The records of packed blobs as one Arrow table, in arrival order per task."""
+    import pyarrow as pa
+
+    batches = [batch for blob in packs if blob for batch in pa.ipc.open_stream(blob)]
+    schema = pack_schema()
+    return pa.Table.from_batches(batches, schema) if batches else schema.empty_table()
+
+
+def hold_of(summaries) -> Optional[int]:
+    """The event time the batch lets the watermark reach: the largest
+    accepted ts of the batch, but no further than a source partition that is
+    behind (it holds more than the batch read of it: a backlog read in
+    slices) has reached, so that its next events are not late because another
+    source ran ahead. Sources read to their end, or without records in the
+    batch, hold nothing back."""
+    latest: dict[str, int] = {}
+    behind: set[str] = set()
+    for blob in summaries:
+        for source, (ts, more) in orjson.loads(blob).items():
+            if ts > latest.get(source, -1):
+                latest[source] = ts
+            if more:
+                behind.add(source)
+    if not latest:
+        return None
+    return min([max(latest.values())] + [latest[s] for s in behind])
+
+
+def make_packer(labels: Sequence[int], max_future_ms: int, live: bool):
+    """The function for mapInArrow: one row per bucket per input batch.
+    `live`: the input has a `clock` column (the micro-batch's timestamp, which
+    Spark keeps in its offset log, so a re-run batch judges the same way)."""
+    packer = Packer(labels, max_future_ms)
+
+    def pack_batches(batches: Iterator) -> Iterator:
+        import pyarrow as pa
+
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            clock_ms = None
+            if live:
+                clock_us = batch.column("clock")[0].value
+                clock_ms = None if clock_us is None else clock_us // 1000
+            out = packer.pack(batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                              batch.column("topic").to_pylist(),
+                              batch.column("partition").to_pylist(),
+                              batch.column("offset").to_pylist(), clock_ms,
+                              batch.column("behind").to_pylist())
+            yield pa.RecordBatch.from_pydict(
+                {"bucket": pa.array([label for label, _p, _s in out], pa.int32()),
+                 "pack": pa.array([p for _l, p, _s in out], pa.binary()),
+                 "summary": pa.array([s for _l, _p, s in out], pa.binary())})
+
+    return pack_batches

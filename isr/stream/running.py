@@ -1,0 +1,78 @@
+"""Keeping the streaming job running in the foreground (`isr run`,
+jobs/isr_monitor.py): Ctrl-C or SIGTERM stop it in a few seconds with one
+line, and a failure ends in one line too, the whole report in a file."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+from isr.errors import one_line_reason
+
+# Loggers that print a failed query's stack traces (the Python worker's
+# traceback, once per task attempt and again for the query): the report file
+# has them, the terminal gets one line.
+QUIET_LOGGERS = ("org.apache.spark.sql.execution.streaming",
+                 "org.apache.spark.sql.execution.python",
+                 "org.apache.spark.api.python",
+                 "org.apache.spark.executor.Executor",
+                 "org.apache.spark.scheduler.TaskSetManager",
+                 "org.apache.spark.scheduler.DAGScheduler",
+                 "org.apache.spark.util.Utils")
+
+
+def quiet_failures(spark) -> None:
+    """Silence the loggers that repeat a failure's stack traces."""
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    try:
+        jvm = spark.sparkContext._jvm
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in QUIET_LOGGERS:
+            configurator.setLevel(name, off)
+    except Exception:  # noqa: BLE001 - another logging backend: keep its output
+        pass
+
+
+def run_until_stopped(query, name: str = "isr") -> int:
+    """Wait for the query: 0 when it ends by itself (--available-now), 130
+    after Ctrl-C / SIGTERM, 1 when it fails (one line on stderr)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.is_set():
+            try:
+                if query.awaitTermination(0.5):
+                    break
+            except Exception as exc:  # noqa: BLE001 - the query failed
+                return _failed(exc, name)
+        if stop.is_set():
+            print(f"{name}: stopping (the current micro-batch is abandoned; its output is "
+                  "written again on the next start)", file=sys.stderr)
+            started = time.monotonic()
+            try:
+                query.stop()
+            except Exception:  # noqa: BLE001 - stopping is all that is asked
+                pass
+            print(f"{name}: stopped in {time.monotonic() - started:.1f} s", file=sys.stderr)
+            return 130
+        failure = query.exception()
+        return _failed(failure, name) if failure is not None else 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _failed(exc, name: str) -> int:
+    text = str(exc) if exc is not None else ""
+    with tempfile.NamedTemporaryFile("w", prefix="isr-run-", suffix=".log",
+                                     delete=False) as report:
+        report.write(text + "\n")
+    print(f"{name}: the job stopped: {one_line_reason(text)} (report: {report.name})",
+          file=sys.stderr)
+    return 1
