@@ -43,3 +43,29 @@ def test_replay_is_byte_identical_across_runs(tmp_path):
 def test_every_subcommand_has_help():
     for cmd in ("replay", "schema", "check-config"):
         assert cli(cmd, "--help").returncode == 0
+
+
+def test_a_failed_job_is_told_in_its_own_words():
+    from isr.errors import one_line_reason
+
+    spark_text = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+                  "...\nTraceback (most recent call last):\n  File \"x.py\", line 1\n"
+                  "isr.errors.DataLossError: input t/0: offsets went back from 9 to 2; set "
+                  "input.fail_on_data_loss = false to read on\n\tat org.apache.spark...")
+    assert one_line_reason(spark_text) == ("input t/0: offsets went back from 9 to 2; set "
+                                           "input.fail_on_data_loss = false to read on")
+    assert one_line_reason("java.lang.OutOfMemoryError: heap\n\tat x") == (
+        "java.lang.OutOfMemoryError: heap")
+
+
+def test_replay_of_a_far_future_time_ends_at_once_with_a_dead_letter(tmp_path):
+    """One append at year 3 million once made the alert repeats walk up to it."""
+    lines = (ROOT / "examples/kip501-slow-leader.jsonl").read_text().splitlines()
+    far = json.loads(lines[3])
+    far["ts"] = 10**17
+    path = tmp_path / "far.jsonl"
+    path.write_text("\n".join(lines[:5] + [json.dumps(far)] + lines[5:]) + "\n")
+    r = cli("replay", str(path), "-q", "--dead-letters", str(tmp_path / "dl.jsonl"))
+    assert r.returncode == 0, r.stderr
+    (dl,) = [json.loads(x) for x in (tmp_path / "dl.jsonl").read_text().splitlines()]
+    assert dl["reason_class"] == "invalid" and "253402300799999" in dl["reason"]

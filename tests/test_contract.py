@@ -164,3 +164,34 @@ def test_non_standard_json_numbers_are_not_json_even_in_an_ignored_field(literal
            b'"leader_epoch":1,"leader_leo":3,"x":' + literal + b'}')
     result = decode(raw)
     assert isinstance(result, Rejection) and result.reason_class == "not_json"
+
+
+# ---------------------------------------------------------------- poison
+def test_a_null_value_is_a_one_line_rejection():
+    result = decode(None)
+    assert isinstance(result, Rejection) and result.reason == "null value (a Kafka tombstone)"
+
+
+@pytest.mark.parametrize("ts", [10**17, 2**63 - 1, 253402300800000])
+def test_times_past_year_9999_are_rejected(ts):
+    result = decode(json.dumps({**FETCH, "ts": ts}))
+    assert isinstance(result, Rejection)
+    assert result.reason == (f"fetch: ts: Input should be less than or equal to "
+                             f"253402300799999 (got {ts})")
+    assert decode(json.dumps({**FETCH, "ts": 253402300799999, "received_ts": 1})).ts > 0
+
+
+def test_a_dead_letter_keeps_16_kib_of_a_huge_message_with_its_size_and_hash():
+    import hashlib
+
+    from isr.contract import DeadLetter
+
+    huge = b'{"topic": "' + b"t" * 900_000 + b'"}'
+    result = decode(huge)
+    assert len(result.reason) <= 500 and "\n" not in result.reason
+    d = DeadLetter.of("in/0", 7, huge, result.reason, result.reason_class)
+    assert d.raw_truncated and d.raw_size == len(huge)
+    assert d.raw_sha256 == hashlib.sha256(huge).hexdigest()
+    assert len(d.model_dump_json()) < 20_000
+    small = DeadLetter.of("in/0", 8, b"oops", "not JSON", "not_json")
+    assert not small.raw_truncated and small.raw_size is None

@@ -184,3 +184,23 @@ def test_the_sequencer_releases_in_time_then_arrival_order_and_refuses_late_even
     assert seq.offer(3499, 9, "late") == "late"  # below 4500 - 1000
     assert [e for _ts, _s, e, _o in seq.release()] == ["e0", "e2"]  # ts < 3500
     assert [e for _ts, _s, e, _o in seq.drain()] == ["e1", "e3"]
+
+
+def test_an_event_far_ahead_of_the_stream_is_future_and_moves_nothing():
+    seq = Sequencer(allowed_lateness_ms=1000, max_future_ms=60_000)
+    assert seq.offer(T0, 0, "first") is None  # the first event sets the stream's time
+    assert seq.offer(T0 + 60_001, 1, "far") == "future"
+    assert seq.refusal("future", T0 + 60_001) == (
+        f"ts {T0 + 60_001} is 60001 ms ahead of the stream's time {T0} "
+        "(monitor.max_future_ms 60000)")
+    assert seq.watermark == T0 - 1000  # unmoved
+    assert seq.offer(T0 + 60_000, 2, "near") is None
+
+
+def test_the_engine_reports_a_future_event_without_applying_it():
+    engine = LocalEngine(MonitorSettings(max_future_ms=10_000))
+    assert engine.submit(leader(0), 0).status == "applied"
+    outcome = engine.submit(append(86_400_000, 5), 1)
+    assert outcome.status == "future" and "ahead of the stream's time" in outcome.reason
+    engine.finish()
+    assert engine.max_ts == T0

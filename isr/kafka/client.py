@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Callable, Iterable, Optional, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from isr.errors import KafkaUnavailable
@@ -95,28 +95,25 @@ def topic_partitions(conf: dict[str, str], topics: Iterable[str] = (),
 
 
 def watermarks(conf: dict[str, str], partitions: list[tuple[str, int]],
-               known: Optional[dict[tuple[str, int], int]] = None,
                timeout: float = 10.0) -> dict[tuple[str, int], tuple[int, int]]:
     """(log start offset, true end) of each partition.
 
     ListOffsets(latest) is not trusted: the embedded broker answers the last
     batch's base offset + 1, which would leave a partition's tail unread. The
     high watermark carried by a fetch response is right on every broker, so
-    one fetch is made per partition, from just below the listed end (or from
-    the end already known), and the fetched high watermark wins when higher.
-    Raises KafkaTimeout when the cluster does not answer.
+    one fetch is made per partition, from just below the listed end, and the
+    fetched high watermark wins when higher. Raises KafkaTimeout when the
+    cluster does not answer.
     """
     if not partitions:
         return {}
-    known = known or {}
     c = consumer(conf, **{"fetch.max.bytes": "1048576", "max.partition.fetch.bytes": "65536"})
     try:
         listed = {}
         for tp in partitions:
-            low, high = c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout)
-            listed[tp] = (low, max(high, known.get(tp, 0)))
-        assign = [TopicPartition(t, p, max(0, listed[(t, p)][1] - 1)) for t, p in partitions
-                  if listed[(t, p)][1] > 0]
+            listed[tp] = c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout)
+        assign = [TopicPartition(t, p, max(low, high - 1))
+                  for (t, p), (low, high) in listed.items() if high > low]
         marks = dict(listed)
         if assign:
             c.assign(assign)
@@ -124,12 +121,9 @@ def watermarks(conf: dict[str, str], partitions: list[tuple[str, int]],
             deadline = time.monotonic() + timeout
             while waiting and time.monotonic() < deadline:
                 msg = c.poll(0.2)
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                    continue
-                waiting.discard((msg.topic(), msg.partition()))
+                if msg is None or msg.topic() is None:
+                    continue  # nothing yet, or a client-wide error (a broker down)
+                waiting.discard((msg.topic(), msg.partition()))  # records, EOF or an error
             if waiting:
                 raise KafkaTimeout(f"no fetch answer for {sorted(waiting)} within {timeout:g} s")
             for t, p in {(tp.topic, tp.partition) for tp in assign}:
@@ -143,10 +137,9 @@ def watermarks(conf: dict[str, str], partitions: list[tuple[str, int]],
 
 
 def end_offsets(conf: dict[str, str], partitions: list[tuple[str, int]],
-                known: Optional[dict[tuple[str, int], int]] = None,
                 timeout: float = 10.0) -> dict[tuple[str, int], int]:
     """The true end (high watermark) of each partition (see watermarks)."""
-    return {tp: end for tp, (_low, end) in watermarks(conf, partitions, known, timeout).items()}
+    return {tp: end for tp, (_low, end) in watermarks(conf, partitions, timeout).items()}
 
 
 T = TypeVar("T")

@@ -8,7 +8,6 @@ import logging
 import signal
 import sys
 import tempfile
-import threading
 import time
 
 from isr.errors import one_line_reason
@@ -41,19 +40,22 @@ def quiet_failures(spark) -> None:
 def run_until_stopped(query, name: str = "isr") -> int:
     """Wait for the query: 0 when it ends by itself (--available-now), 130
     after Ctrl-C / SIGTERM, 1 when it fails (one line on stderr)."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop = [False]  # a signal handler must not take locks (Event.set does)
+
+    def on_signal(*_) -> None:
+        stop[0] = True
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not stop.is_set():
+        while not stop[0]:
             try:
                 if query.awaitTermination(0.5):
                     break
             except Exception as exc:  # noqa: BLE001 - the query failed
                 return _failed(exc, name)
-        if stop.is_set():
-            print(f"{name}: stopping (the current micro-batch is abandoned; its output is "
-                  "written again on the next start)", file=sys.stderr)
+        if stop[0]:
+            print(f"{name}: stopping (a micro-batch cut short is done again on the next "
+                  "start, its records written once)", file=sys.stderr)
             started = time.monotonic()
             try:
                 query.stop()

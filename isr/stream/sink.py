@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Iterable, Optional
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from isr.config import OutputSettings
 from isr.contract.records import OutputRecord
@@ -34,6 +34,7 @@ from isr.kafka.client import (KafkaTimeout, consumer, producer, riding_out, send
                               topic_partitions)
 
 H_QUERY, H_CHECKPOINT, H_BATCH, H_ID = "isr.query", "isr.checkpoint", "isr.batch", "isr.id"
+TRY_S = 30  # one producer's try at a batch
 
 
 def _headers(msg) -> dict[str, str]:
@@ -47,8 +48,20 @@ def read_to_end(conf: dict, starts: dict[tuple[str, int], int], timeout: float =
         return
     c = consumer(conf, **{"auto.offset.reset": "earliest"})
     try:
-        c.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
-        waiting = set(starts)
+        # A topic created again (a broker that lost its data) is shorter than
+        # the offsets known: read it from its start.
+        marks = {}
+        for tp in starts:
+            try:
+                marks[tp] = c.get_watermark_offsets(TopicPartition(*tp), timeout=10)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                    raise
+        if not marks:
+            return  # none of them exists (yet): nothing to read
+        c.assign([TopicPartition(t, p, o if o <= marks[(t, p)][1] else marks[(t, p)][0])
+                  for (t, p), o in starts.items() if (t, p) in marks])
+        waiting = set(marks)
         idle = 0.0
         while waiting:
             msg = c.poll(0.5)
@@ -86,13 +99,16 @@ class KafkaSink:
             "dead_letter": output.dead_letter_topic,
             "alert": output.alerts_topic,
         }
-        # librdkafka keeps retrying a record this long: the outage budget.
-        self._producer = producer(conf, **{"message.timeout.ms": int(outage_s * 1000) + 30000})
+        self._producer = self._new_producer()
         self._committed: Optional[tuple[int, dict[str, int]]] = None
         self._recovered = False
         self._checkpoint: Optional[str] = None
         self._bound = threading.Event()
-        self._waited = False  # the last batch waited for Kafka: topics may be gone
+        self._waited = False  # Kafka went away since the last batch: topics may be gone
+
+    def _on_error(self, err) -> None:
+        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+            self._waited = True
 
     def bind(self, checkpoint_id: str) -> None:
         """The id of the checkpoint the query runs from (StreamingQuery.id); a
@@ -146,27 +162,54 @@ class KafkaSink:
     # ------------------------------------------------------------ write
     def write_batch(self, batch_id: int, records: Iterable[OutputRecord]) -> int:
         """Write one micro-batch's output records; returns how many were
-        produced (0 for a batch already committed)."""
+        produced (0 for a batch already committed). Kafka not taking them is
+        waited out up to the outage budget: each try with a new producer,
+        writing only what the tries before did not (their records are found
+        by id, as after a crash)."""
         if not self._bound.wait(120):
             raise SinkError("the sink was never told its checkpoint id")
+        self._producer.poll(0)  # hear of a broker that went away meanwhile
         if self._waited and self.topics_setup is not None:
             self._ride("sink", self.topics_setup)  # Kafka came back: are the topics there?
             self._waited = False
         if self._committed is None:
             self._committed = self._last_commit()
-        last_batch, offsets = self._committed
+        last_batch, committed = self._committed
         if batch_id <= last_batch:
             return 0
+        records = list(records)
         skip: set[str] = set()
         if not self._recovered:
-            skip = self._already_written(batch_id, offsets)
+            skip = self._already_written(batch_id, committed)
             self._recovered = True
-        offsets = dict(offsets)
-        errors: list[str] = []
+        offsets = dict(committed)
+        started = time.monotonic()
+        while True:
+            try:
+                produced = self._write(batch_id, records, skip, offsets)
+                self._committed = (batch_id, offsets)
+                return produced
+            except _Undelivered as exc:
+                waited = time.monotonic() - started
+                if waited > self.outage_s:
+                    raise KafkaUnavailable(f"sink: records not delivered for {waited:.0f} s "
+                                           f"(kafka.outage_timeout_s = {self.outage_s:g}): "
+                                           f"{exc}") from None
+                print(f"isr: sink: Kafka did not take batch {batch_id} ({exc}); trying again "
+                      f"with a new producer, for up to {self.outage_s:g} s", file=sys.stderr)
+                self._waited = True
+                self._producer = self._new_producer()
+                if self.topics_setup is not None:
+                    self._ride("sink", self.topics_setup)
+                skip = self._already_written(batch_id, committed)
+
+    def _write(self, batch_id: int, records: list[OutputRecord], skip: set[str],
+               offsets: dict[str, int]) -> int:
+        errors: list = []
 
         def delivered(err, msg) -> None:
             if err is not None:
-                errors.append(str(err))
+                errors.append(err)
                 return
             key = f"{msg.topic()}/{msg.partition()}"
             offsets[key] = max(offsets.get(key, 0), msg.offset() + 1)
@@ -183,29 +226,32 @@ class KafkaSink:
         self._flush(errors)
         commit = json.dumps({"batch": batch_id, "offsets": offsets,
                              "checkpoint": self._checkpoint}, sort_keys=True)
-        self._produce(self.output.commit_topic, self.query, commit, headers_base, None)
+        self._produce(self.output.commit_topic, self.query, commit, headers_base, delivered)
         self._flush(errors)
-        self._committed = (batch_id, offsets)
         return produced
 
     def _produce(self, topic, key, value, headers, callback) -> None:
         send(self._producer, topic, value, key, headers=headers, on_delivery=callback)
 
-    def _flush(self, errors: list[str]) -> None:
-        """Wait until every record is delivered: through an outage of up to
-        the budget (librdkafka retries meanwhile), then one line."""
-        started = time.monotonic()
-        remaining = self._producer.flush(5)
-        while remaining:
-            waited = time.monotonic() - started
-            if not self._waited:
-                print(f"isr: sink: Kafka does not take {remaining} record(s); waiting up to "
-                      f"{self.outage_s:g} s", file=sys.stderr)
-                self._waited = True
-            if waited > self.outage_s + 30:
-                raise KafkaUnavailable(f"sink: {remaining} record(s) not delivered in "
-                                       f"{waited:.0f} s (kafka.outage_timeout_s = "
-                                       f"{self.outage_s:g})")
-            remaining = self._producer.flush(5)
+    def _flush(self, errors: list) -> None:
+        """Every record delivered, or _Undelivered (retriable: Kafka away, a
+        record timed out), or SinkError (it never will be: a record too
+        large, no rights)."""
+        remaining = self._producer.flush(TRY_S + 5)
+        if remaining:
+            raise _Undelivered(f"{remaining} record(s) still queued after {TRY_S + 5} s")
         if errors:
-            raise SinkError(f"sink: delivery failed: {errors[0]} ({len(errors)} records)")
+            first = errors[0]
+            if first.retriable() or first.code() == KafkaError._MSG_TIMED_OUT:
+                raise _Undelivered(f"{first.str()} ({len(errors)} records)")
+            raise SinkError(f"sink: delivery failed: {first.str()} ({len(errors)} records)")
+
+    def _new_producer(self):
+        # A record is tried this long by one producer; a new one takes over
+        # after (a broker that lost its state does not know the old one's id).
+        return producer(self.conf, **{"message.timeout.ms": TRY_S * 1000,
+                                      "error_cb": self._on_error})
+
+
+class _Undelivered(Exception):
+    """Records that Kafka did not take in one try."""

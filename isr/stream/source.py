@@ -133,25 +133,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: Optional[dict[str, int]] = None  # Trigger.AvailableNow
 
     # ------------------------------------------------------------ offsets
-    def _marks(self, known: dict[str, int]) -> dict[str, tuple[int, int]]:
+    def _marks(self) -> dict[str, tuple[int, int]]:
         """(log start, end) of every input partition, riding out an outage."""
         from isr.kafka.client import riding_out, topic_partitions, watermarks
 
         def ask():
             tps = topic_partitions(self.conf, self.topics, self.pattern)
-            marks = watermarks(self.conf, tps, {_split(k): v for k, v in known.items()})
-            return {_key(t, p): v for (t, p), v in marks.items()}
+            return {_key(t, p): v for (t, p), v in watermarks(self.conf, tps).items()}
 
         return riding_out("input", self.outage_s, ask)
 
     def initialOffset(self) -> dict:
-        marks = self._marks({})
+        marks = self._marks()
         pick = 1 if self.starting == "latest" else 0
         return {k: v[pick] for k, v in marks.items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start = _positions(start)
-        marks = self._marks(start)
+        marks = self._marks()
         gaps = self._lost(start, marks)
         ends = {k: high for k, (_low, high) in marks.items()}
         if self.target is not None:  # AvailableNow: what was there when it began
@@ -203,7 +202,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.latest or None
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = {k: high for k, (_low, high) in self._marks({}).items()}
+        self.target = {k: high for k, (_low, high) in self._marks().items()}
 
     def partitions(self, start: dict, end: dict) -> list:
         gaps = end.get(GAPS, {})
