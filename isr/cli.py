@@ -11,11 +11,18 @@ from typing import Optional, Sequence
 from rich.console import Console
 
 from isr import __version__
-from isr.config import ConfigError, Settings, load_settings
+from isr.config import ConfigError, Settings, load_settings, resolve_config_path, unknown_env_vars
+
+# Exit codes: 0 done, 1 the job failed, 2 a user's mistake (one line),
+# 3 replay accepted no event at all, 130 stopped by Ctrl-C / SIGTERM.
+NOTHING_ACCEPTED = 3
 
 
 def _settings(args: argparse.Namespace, extra: Sequence[str] = ()) -> Settings:
-    return load_settings(args.config, list(extra) + list(args.set or []))
+    settings = load_settings(args.config, list(extra) + list(args.set or []))
+    for line in unknown_env_vars(settings):
+        print(line, file=sys.stderr)
+    return settings
 
 
 def _add_config_options(p: argparse.ArgumentParser) -> None:
@@ -29,8 +36,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from isr.console import RichProgress, print_summary
     from isr.replay import replay, write_jsonl
 
+    from isr import preflight
+
     extra = [f"monitor.policy={args.policy}"] if args.policy else []
     settings = _settings(args, extra)
+    preflight.readable_inputs(args.events)
+    preflight.writable_file(args.output, "--output")
+    preflight.writable_file(args.dead_letters, "--dead-letters")
+    if args.report:
+        preflight.writable_dir(args.report, "--report")
     err = Console(stderr=True)
     if not err.is_terminal:
         err.width = 120  # piped stderr: do not squeeze the summary into 80 columns
@@ -68,16 +82,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if not args.quiet:
             print_whatif(result, err)
             err.print("report: " + ", ".join(str(p) for p in written), highlight=False)
+    if result.stats.lines and not result.stats.accepted:
+        print(f"isr: replay: none of the {result.stats.lines} input lines was accepted "
+              f"(exit code {NOTHING_ACCEPTED})", file=sys.stderr)
+        return NOTHING_ACCEPTED
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from isr import preflight
     from isr.stream.job import run_to_kafka, spark_session
     from isr.stream.running import quiet_failures, run_until_stopped
 
-    settings = _settings(args)
+    settings = _settings(args, [f"stream.master={args.master}"] if args.master else [])
+    preflight.streaming_job(settings)
     trigger = {"availableNow": True} if args.available_now else None
-    spark = spark_session(settings, args.master or settings.stream.master)
+    spark = spark_session(settings, settings.stream.master)
     quiet_failures(spark)
     query = run_to_kafka(settings, spark=spark, trigger=trigger)
     print(f"isr: query {settings.stream.query_name} running; checkpoint "
@@ -101,6 +121,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if not args.scenario or not args.to:
         raise ConfigError("simulate needs --scenario NAME and --to kafka://TOPIC | FILE "
                           "(--list shows the scenarios)")
+    if not args.to.startswith("kafka://"):
+        from isr import preflight
+        preflight.writable_file(args.to, "--to")
     sent = simulate(args.scenario, args.to, args.rate, args.duration, args.seed,
                     args.partitions, lambda: _settings(args), err,
                     show_progress=not args.quiet and err.is_terminal)
@@ -130,9 +153,16 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    from isr import preflight
+    from isr.config import redacted
+
     settings = _settings(args)
-    print(json.dumps(settings.model_dump(mode="json"), indent=2))
-    print("configuration OK", file=sys.stderr)
+    preflight.kafka_client_config(settings)
+    path = resolve_config_path(args.config)
+    print(json.dumps(redacted(settings.model_dump(mode="json")), indent=2))
+    source = f"file {path}" if path else "no file (defaults)"
+    print(f"configuration OK: {source}, then ISR_* environment variables, then --set "
+          "(secrets shown as ***)", file=sys.stderr)
     return 0
 
 
@@ -241,6 +271,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # a file the user named, going wrong during the work
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"isr: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -7,13 +7,15 @@ becomes one `ConfigError` line that names the key.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Literal, Optional
 
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, create_model,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
+                      create_model, field_validator, model_validator)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -33,6 +35,41 @@ PositiveMs = Annotated[int, Field(gt=0)]
 
 class ConfigError(Exception):
     """A configuration problem, already phrased as one line for the operator."""
+
+
+def _regex(value: Optional[str]) -> Optional[str]:
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+    return value
+
+
+Regex = Annotated[str, AfterValidator(_regex)]
+
+
+def _matching(pattern: str, what: str):
+    compiled = re.compile(pattern, re.IGNORECASE)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(f"{value!r} is not {what}")
+        return value
+    return AfterValidator(check)
+
+
+# Kafka's legal topic names (Topic.java: [a-zA-Z0-9._-], at most 249).
+TopicName = Annotated[str, _matching(r"[A-Za-z0-9._-]{1,249}", "a Kafka topic name (letters, "
+                                     "digits, '.', '_' and '-', at most 249)")]
+# What Spark's Trigger.ProcessingTime reads: a number and a unit in words
+# ("soon-ish" once stopped a job that had started).
+Interval = Annotated[str, _matching(r"\s*\d+(\.\d+)?\s*(milliseconds?|seconds?|minutes?|hours?|"
+                                    r"days?)\s*", "an interval Spark reads, e.g. '1 second' or "
+                                    "'500 milliseconds'")]
+SparkMaster = Annotated[str, _matching(r"local(\[(\d+|\*)(,\d+)?\])?|spark://\S+|yarn|k8s://\S+",
+                                       "a Spark master (local, local[N], local[*], "
+                                       "spark://host:port, yarn, k8s://...)")]
 
 
 class _Section(BaseModel):
@@ -143,7 +180,8 @@ class MonitorSettings(_Section):
 class KafkaSettings(_Section):
     """Connection to the Kafka cluster holding the input and output topics."""
 
-    bootstrap_servers: str = "127.0.0.1:9092"
+    bootstrap_servers: Annotated[str, _matching(r"\S+", "a list of host:port")] = (
+        "127.0.0.1:9092")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Optional[str] = None
     sasl_username: Optional[str] = None
@@ -159,6 +197,9 @@ class KafkaSettings(_Section):
     # How long the job waits for a Kafka that does not answer (a broker
     # restart) before it stops with one line.
     outage_timeout_s: Annotated[float, Field(gt=0)] = 300.0
+    # At start: how long to wait for a first answer before saying Kafka is
+    # not there (a wrong address fails fast, in one line).
+    connect_timeout_s: Annotated[float, Field(gt=0)] = 10.0
 
     def sasl_password(self) -> Optional[str]:
         if self.sasl_password_file:
@@ -174,9 +215,9 @@ class InputSettings(_Section):
     # Python Data Source API); "kafka": Spark's built-in connector, which a
     # cluster adds with --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>.
     source: Literal["python", "kafka"] = "python"
-    topics: list[str] = ["isr.fetch-events"]
+    topics: list[TopicName] = ["isr.fetch-events"]
     # A regular expression; when set it replaces `topics`.
-    topic_pattern: Optional[str] = None
+    topic_pattern: Optional[Regex] = None
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     # Like Spark's maxOffsetsPerTrigger: records per micro-batch, all partitions.
     max_offsets_per_trigger: Optional[Annotated[int, Field(gt=0)]] = None
@@ -185,21 +226,28 @@ class InputSettings(_Section):
     # records the gap as a `data_loss` dead letter.
     fail_on_data_loss: bool = True
 
+    @model_validator(mode="after")
+    def _something_to_read(self):
+        if not self.topics and self.topic_pattern is None:
+            raise ValueError("input.topics is empty and input.topic_pattern unset: nothing "
+                             "to read")
+        return self
+
 
 class OutputSettings(_Section):
-    changes_topic: str = "isr.changes"
-    state_topic: str = "isr.partition-state"
-    dead_letter_topic: str = "isr.dead-letters"
+    changes_topic: TopicName = "isr.changes"
+    state_topic: TopicName = "isr.partition-state"
+    dead_letter_topic: TopicName = "isr.dead-letters"
     # Every alert status change (and repeat), keyed by fingerprint.
-    alerts_topic: str = "isr.alerts"
+    alerts_topic: TopicName = "isr.alerts"
     # One record per written micro-batch: what makes the sinks exactly-once.
-    commit_topic: str = "isr.sink-commits"
+    commit_topic: TopicName = "isr.sink-commits"
 
 
 class StreamSettings(_Section):
     # Used by `isr run` / `isr demo`; spark-submit's --master wins.
-    master: str = "local[2]"
-    trigger_interval: str = "1 second"
+    master: SparkMaster = "local[2]"
+    trigger_interval: Interval = "1 second"
     checkpoint_location: str = "checkpoints/isr-monitor"
     # State keys: each holds the leader models of many partitions.
     state_buckets: Annotated[int, Field(ge=1, le=4096)] = 4
@@ -253,7 +301,24 @@ class MetricsSettings(_Section):
     # Cardinality controls: 100 k partitions x 3 replicas is a lot of series.
     per_partition: bool = True
     per_follower: bool = True
-    topics: list[str] = []  # regular expressions; empty = every topic
+    topics: list[Regex] = []  # regular expressions; empty = every topic
+    # TLS and basic auth for the endpoint (prometheus-client's own server).
+    tls_cert_file: Optional[str] = None
+    tls_key_file: Optional[str] = None
+    basic_auth_username: Optional[str] = None
+    basic_auth_password_env: Optional[str] = None  # the password, from the environment
+    # A partition whose state has not changed for this long (a deleted
+    # partition) loses its per-partition series.
+    series_ttl_s: Annotated[float, Field(gt=0)] = 3600.0
+
+    @model_validator(mode="after")
+    def _pairs(self):
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("set both metrics.tls_cert_file and metrics.tls_key_file, or neither")
+        if (self.basic_auth_username is None) != (self.basic_auth_password_env is None):
+            raise ValueError("set both metrics.basic_auth_username and "
+                             "metrics.basic_auth_password_env, or neither")
+        return self
 
 
 class Settings(BaseSettings):
@@ -332,9 +397,14 @@ def load_settings(
     origin = "config"
     if toml_path is not None:
         try:
-            tomllib.loads(toml_path.read_text())
+            tomllib.loads(toml_path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{toml_path}: not valid TOML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{toml_path}: not UTF-8 text (byte {exc.start}); TOML files are "
+                              "UTF-8") from None
+        except OSError as exc:
+            raise ConfigError(f"{toml_path}: {exc.strerror}") from None
 
     class _FromFile(Settings):
         @classmethod
@@ -352,3 +422,62 @@ def load_settings(
     except SettingsError as exc:
         raise ConfigError(f"{origin}: {exc}") from None
     return Settings.model_validate(loaded.model_dump())
+
+
+# Environment variables of ours that are no setting.
+OPERATIONAL_ENV = frozenset({"ISR_CONFIG", "ISR_SPARK_LOG_LEVEL", "ISR_SPARK_UI", "ISR_TANSU_BIN"})
+
+
+def _env_names(model: type[BaseModel], prefix: str) -> set[str]:
+    names = set()
+    for field, info in model.model_fields.items():
+        name = f"{prefix}{field.upper()}"
+        names.add(name)
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            names |= _env_names(info.annotation, name + "__")
+    return names
+
+
+def secret_env_names(settings: Settings) -> set[str]:
+    """The environment variables the settings read secrets from."""
+    names = {settings.kafka.sasl_password_env}
+    for r in settings.delivery.webhooks:
+        names |= {n for n in (r.token_env, r.hmac_key_env) if n}
+    if settings.metrics.basic_auth_password_env:
+        names.add(settings.metrics.basic_auth_password_env)
+    return names
+
+
+def unknown_env_vars(settings: Settings, environ=None) -> list[str]:
+    """One warning line per ISR_* variable that sets nothing (a typo is
+    otherwise ignored in silence), with the closest setting's name."""
+    environ = os.environ if environ is None else environ
+    known = _env_names(Settings, "ISR_")
+    accepted = known | OPERATIONAL_ENV | secret_env_names(settings)
+    lines = []
+    for name in sorted(n for n in environ if n.upper().startswith("ISR_")):
+        upper = name.upper()
+        if upper in accepted or any(upper.startswith(k + "__") for k in known):
+            continue
+        guess = difflib.get_close_matches(upper, sorted(known | OPERATIONAL_ENV), n=1,
+                                          cutoff=0.75)
+        hint = f"; did you mean {guess[0]}?" if guess else ""
+        lines.append(f"isr: warning: environment variable {name} matches no setting{hint}")
+    return lines
+
+
+# Keys whose values are secrets wherever settings are shown; `_env`, `_file`
+# and `_location` name where a secret is, not the secret.
+_SECRET = re.compile(r"password|secret|token|key|authorization", re.IGNORECASE)
+_REFERENCE = re.compile(r"(_env|_file|_location)$")
+
+
+def redacted(value: Any, key: str = "") -> Any:
+    """Settings (as plain data) with every secret-looking value masked."""
+    if isinstance(value, dict):
+        return {k: redacted(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redacted(v, key) for v in value]
+    if value and _SECRET.search(key) and not _REFERENCE.search(key):
+        return "***"
+    return value

@@ -1,28 +1,71 @@
 """Prometheus metrics served by the streaming job (prometheus-client).
 
-Names follow Prometheus conventions: `isr_` prefix, base units (seconds),
-`_total` for counters. Per-partition gauges come from each micro-batch's
-`partition_state` records (the partitions that changed), counters from its
-`isr_change`, `alert` and `dead_letter` records, the stream's health from
-Spark's progress reports, webhook outcomes from the deliverer. Cardinality
-controls for large clusters: `metrics.per_partition`, `metrics.per_follower`
-and a topic allow list (`metrics.topics`, regular expressions).
+Names follow Prometheus conventions (`isr_` prefix, base units, `_total` for
+counters) and Kafka's own where Kafka has one: docs/operations.md maps each
+to its JMX and kafka_exporter counterpart.
+
+- Cluster-level counts per (cluster, policy), whatever the cardinality
+  switches say: partitions, under-replicated, under min ISR, at min ISR,
+  leader alone in the ISR, offline (leaderless). They are kept from every
+  partition's latest state, with the health conditions' own definitions
+  (isr/model/health.py), so Prometheus rules need not redefine them.
+- Per-partition and per-follower gauges from each micro-batch's
+  `partition_state` records, limited by `metrics.per_partition`,
+  `metrics.per_follower` and `metrics.topics`. A follower that left the
+  assignment or became the leader loses its series at once; a partition
+  without a state for `metrics.series_ttl_s` (a deleted one) loses all of its.
+- Counters from `isr_change`, `alert` and `dead_letter` records; the stream's
+  health from Spark's progress reports and the buckets' watermark; webhook
+  outcomes from the deliverer.
 """
 
 from __future__ import annotations
 
+import base64
+import hmac
+import json
+import os
 import re
+import ssl
 import sys
+import threading
 import time
 from typing import Iterable, Optional
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
+from socketserver import ThreadingMixIn
 
 from isr.config import MetricsSettings
 from isr.contract.records import WATERMARK, OutputRecord
+from isr.model.health import leader_alone
 
 P_LABELS = ("cluster", "topic", "partition", "policy")
+F_LABELS = P_LABELS + ("replica",)
+C_LABELS = ("cluster", "policy")
+# Cluster-level counts: metric name -> (help, index in a partition's flags).
+COUNTS = {
+    "isr_partitions": ("Partitions the monitor follows.", None),
+    "isr_under_replicated_partitions": (
+        "Partitions whose ISR is smaller than the assignment (Kafka: UnderReplicatedPartitions).",
+        0),
+    "isr_under_min_isr_partitions": (
+        "Partitions whose ISR is below min.insync.replicas: acks=all produces fail "
+        "(Kafka: UnderMinIsrPartitionCount).", 1),
+    "isr_at_min_isr_partitions": (
+        "Partitions whose ISR is at min.insync.replicas (Kafka: AtMinIsrPartitionCount).", 2),
+    "isr_leader_only_partitions": (
+        "Partitions whose ISR is the leader alone although they have more replicas.", 3),
+    "isr_offline_partitions": (
+        "Partitions without a leader (Kafka: OfflinePartitionsCount).", 4),
+}
+
+
+def _flags(s: dict) -> tuple[bool, ...]:
+    """A partition_state as the counts see it (the order of COUNTS' indices)."""
+    return (s["under_replicated"], s["under_min_isr"], s["at_min_isr"],
+            leader_alone(s["isr"], s["leader"], len(s["replicas"])), s["leader"] < 0)
 
 
 class Metrics:
@@ -32,13 +75,21 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         self._topic_patterns = [re.compile(p) for p in settings.topics]
         self._delivery_seen: dict[tuple[str, str], int] = {}
+        # (cluster, policy, topic, partition) -> flags; -> replicas with series;
+        # -> wall time of its last state
+        self._partitions: dict[tuple, tuple[bool, ...]] = {}
+        self._followers: dict[tuple, set[str]] = {}
+        self._seen: dict[tuple, float] = {}
         r = self.registry
 
         def gauge(name: str, doc: str, labels=P_LABELS) -> Gauge:
             return Gauge(name, doc, labels, registry=r)
 
-        self.isr_size = gauge("isr_partition_isr_size", "Members of the computed ISR.")
+        self.counts = {name: gauge(name, doc, C_LABELS) for name, (doc, _i) in COUNTS.items()}
+        self.in_sync = gauge("isr_partition_in_sync_replicas", "Members of the computed ISR "
+                             "(kafka_exporter: kafka_topic_partition_in_sync_replica).")
         self.replicas = gauge("isr_partition_replicas", "Assigned replicas (AR).")
+        self.leader = gauge("isr_partition_leader", "Broker id of the leader, -1 without one.")
         self.min_isr = gauge("isr_partition_min_insync_replicas",
                              "Effective min.insync.replicas.")
         self.under_replicated = gauge("isr_partition_under_replicated",
@@ -51,15 +102,21 @@ class Metrics:
         self.leader_leo = gauge("isr_partition_leader_log_end_offset", "Leader LEO (offset).")
         self.state_ts = gauge("isr_partition_state_timestamp_seconds",
                               "Event time of the partition's latest state.")
-        f_labels = P_LABELS + ("replica",)
+        self.partition_gauges = [self.in_sync, self.replicas, self.leader, self.min_isr,
+                                 self.under_replicated, self.under_min_isr, self.at_min_isr,
+                                 self.hw, self.leader_leo, self.state_ts]
         self.lag = gauge("isr_follower_lag_seconds",
-                         "Follower lag in time (0 at the leader's LEO).", f_labels)
+                         "Follower lag in time (0 at the leader's LEO).", F_LABELS)
         self.since_caught_up = gauge("isr_follower_time_since_caught_up_seconds",
                                      "Event time since the follower was last caught up.",
-                                     f_labels)
-        self.in_isr = gauge("isr_follower_in_isr", "1 if the follower is in the ISR.", f_labels)
-        self.changes = Counter("isr_isr_changes_total", "ISR shrinks and expands.",
-                               ("cluster", "topic", "policy", "action", "cause"), registry=r)
+                                     F_LABELS)
+        self.in_isr = gauge("isr_follower_in_isr", "1 if the follower is in the ISR.", F_LABELS)
+        self.follower_gauges = [self.lag, self.since_caught_up, self.in_isr]
+        changes = ("cluster", "topic", "policy", "cause")
+        self.shrinks = Counter("isr_shrinks_total", "ISR shrinks (Kafka: IsrShrinksPerSec); "
+                               "cause leader or controller.", changes, registry=r)
+        self.expands = Counter("isr_expands_total", "ISR expands (Kafka: IsrExpandsPerSec).",
+                               changes, registry=r)
         self.alerts = Counter("isr_alerts_total", "Alert status changes.",
                               ("alertname", "severity", "status"), registry=r)
         self.dead_letters = Counter("isr_dead_letters_total", "Input that could not be applied.",
@@ -79,22 +136,35 @@ class Metrics:
                                     registry=r)
         self.batch_duration = Gauge("isr_stream_batch_duration_seconds",
                                     "Duration of the last micro-batch.", registry=r)
+        self.input_lag = Gauge("isr_stream_input_lag_records",
+                               "Records in the input topics not read yet (after the last "
+                               "micro-batch).", registry=r)
         self.watermark_delay = Gauge("isr_stream_watermark_delay_seconds",
                                      "Wall-clock time minus the stream's event-time watermark.",
                                      registry=r)
         self.state_rows = Gauge("isr_stream_state_rows", "Rows in Spark's state store.",
                                 registry=r)
 
+    # ------------------------------------------------------------ endpoint
     def serve(self) -> bool:
-        """Serve /metrics; a busy port is reported, not fatal (the job matters more)."""
+        """Serve /metrics (TLS and basic auth if configured); a busy port is
+        reported, not fatal (the job matters more)."""
+        s = self.settings
+        app = make_wsgi_app(self.registry)
+        if s.basic_auth_username:
+            password = os.environ.get(s.basic_auth_password_env or "", "")
+            app = _basic_auth(app, s.basic_auth_username, password)
         try:
-            start_http_server(self.settings.port, addr=self.settings.address,
-                              registry=self.registry)
-            return True
+            server = make_server(s.address, s.port, app, _ThreadingWSGIServer, _QuietHandler)
         except OSError as exc:
-            print(f"isr: metrics not served on {self.settings.address}:{self.settings.port}: "
-                  f"{exc}", file=sys.stderr)
+            print(f"isr: metrics not served on {s.address}:{s.port}: {exc}", file=sys.stderr)
             return False
+        if s.tls_cert_file:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(s.tls_cert_file, s.tls_key_file)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, daemon=True, name="isr-metrics").start()
+        return True
 
     # ------------------------------------------------------------ batches
     def _wanted(self, topic: str) -> bool:
@@ -104,18 +174,18 @@ class Metrics:
     def observe_records(self, records: Iterable[OutputRecord], now: Optional[float] = None
                         ) -> None:
         """One micro-batch's output records."""
+        now = time.time() if now is None else now
         watermark = -1
         for r in records:
             kind, value = r.kind, r.value
             if kind == WATERMARK:  # every bucket reports the same one
                 watermark = max(watermark, r.ts)
-                continue
-            if kind == "partition_state":
-                self._state(orjson.loads(value))
+            elif kind == "partition_state":
+                self._state(orjson.loads(value), now)
             elif kind == "isr_change":
                 d = orjson.loads(value)
-                self.changes.labels(d["cluster"], d["topic"], d["policy"], d["action"],
-                                    d["cause"]).inc()
+                counter = self.shrinks if d["action"] == "shrink" else self.expands
+                counter.labels(d["cluster"], d["topic"], d["policy"], d["cause"]).inc()
             elif kind == "alert":
                 a = orjson.loads(value)
                 self.alerts.labels(a["labels"]["alertname"], a["labels"]["severity"],
@@ -123,48 +193,139 @@ class Metrics:
             elif kind == "dead_letter":
                 self.dead_letters.labels(orjson.loads(value)["reason_class"]).inc()
         if watermark >= 0:
-            self.watermark_delay.set(max(0.0, (now or time.time()) - watermark / 1000))
+            self.watermark_delay.set(max(0.0, now - watermark / 1000))
+        self._expire(now)
 
-    def _state(self, s: dict) -> None:
+    def _state(self, s: dict, now: float) -> None:
+        key = (s["cluster"], s["policy"], s["topic"], s["partition"])
+        self._count(key, _flags(s))
+        self._seen[key] = now
         if not self.settings.per_partition or not self._wanted(s["topic"]):
             return
         labels = (s["cluster"], s["topic"], str(s["partition"]), s["policy"])
         isr = s["isr"]
-        self.isr_size.labels(*labels).set(len(isr))
-        self.replicas.labels(*labels).set(len(s["replicas"]))
-        self.min_isr.labels(*labels).set(s["min_insync_replicas"])
-        self.under_replicated.labels(*labels).set(int(s["under_replicated"]))
-        self.under_min_isr.labels(*labels).set(int(s["under_min_isr"]))
-        self.at_min_isr.labels(*labels).set(int(s["at_min_isr"]))
-        self.hw.labels(*labels).set(s["hw"])
-        self.leader_leo.labels(*labels).set(s["leader_leo"])
-        self.state_ts.labels(*labels).set(s["ts"] / 1000)
+        for g, v in ((self.in_sync, len(isr)), (self.replicas, len(s["replicas"])),
+                     (self.leader, s["leader"]), (self.min_isr, s["min_insync_replicas"]),
+                     (self.under_replicated, int(s["under_replicated"])),
+                     (self.under_min_isr, int(s["under_min_isr"])),
+                     (self.at_min_isr, int(s["at_min_isr"])), (self.hw, s["hw"]),
+                     (self.leader_leo, s["leader_leo"]), (self.state_ts, s["ts"] / 1000)):
+            g.labels(*labels).set(v)
         if not self.settings.per_follower:
             return
+        present = set()
         for f in s["followers"]:
-            fl = labels + (str(f["replica"]),)
+            replica = str(f["replica"])
+            present.add(replica)
+            fl = labels + (replica,)
             if f["lag_ms"] is not None:
                 self.lag.labels(*fl).set(f["lag_ms"] / 1000)
             if f["last_caught_up_ts"] > 0:
                 self.since_caught_up.labels(*fl).set(
                     max(0, s["ts"] - f["last_caught_up_ts"]) / 1000)
             self.in_isr.labels(*fl).set(int(f["in_isr"]))
+        # A replica reassigned away, or now the leader: its follower series go.
+        for gone in self._followers.get(key, set()) - present:
+            self._remove(self.follower_gauges, labels + (gone,))
+        self._followers[key] = present
 
-    def observe_delivery(self, counts, pending: int) -> None:
+    def _count(self, key: tuple, flags: Optional[tuple[bool, ...]]) -> None:
+        """Move a partition's contribution to the cluster-level counts."""
+        old = self._partitions.pop(key, None) if flags is None else self._partitions.get(key)
+        if flags is not None:
+            self._partitions[key] = flags
+        cluster, policy = key[0], key[1]
+        for name, (_doc, i) in COUNTS.items():
+            delta = (0 if flags is None else (1 if i is None else int(flags[i]))) - (
+                0 if old is None else (1 if i is None else int(old[i])))
+            if delta or old is None:
+                self.counts[name].labels(cluster, policy).inc(delta)
+
+    def _expire(self, now: float) -> None:
+        """Partitions without a state for series_ttl_s (deleted ones) go."""
+        ttl = self.settings.series_ttl_s
+        for key in [k for k, seen in self._seen.items() if now - seen > ttl]:
+            cluster, policy, topic, partition = key
+            labels = (cluster, topic, str(partition), policy)
+            self._remove(self.partition_gauges, labels)
+            for replica in self._followers.pop(key, set()):
+                self._remove(self.follower_gauges, labels + (replica,))
+            self._count(key, None)
+            del self._seen[key]
+
+    @staticmethod
+    def _remove(gauges: list[Gauge], labels: tuple) -> None:
+        for g in gauges:
+            try:
+                g.remove(*labels)
+            except KeyError:
+                pass  # never set (e.g. lag of a follower that never caught up)
+
+    def observe_delivery(self, counts, outbox_size: int) -> None:
         """The deliverer's cumulative counts: add what is new since last time."""
         for (receiver, outcome), n in counts.items():
             seen = self._delivery_seen.get((receiver, outcome), 0)
             if n > seen:
                 self.deliveries.labels(receiver, outcome).inc(n - seen)
                 self._delivery_seen[(receiver, outcome)] = n
-        self.outbox.set(pending)
+        self.outbox.set(outbox_size)
 
-    def observe_progress(self, p: dict, now: Optional[float] = None) -> None:
+    def observe_progress(self, p: dict) -> None:
         """One StreamingQueryProgress (as a dict, Spark's JSON)."""
         self.batches.inc()
         self.input_rows.inc(p.get("numInputRows", 0) or 0)
         self.input_rate.set(p.get("inputRowsPerSecond") or 0)
         self.processed_rate.set(p.get("processedRowsPerSecond") or 0)
         self.batch_duration.set((p.get("durationMs", {}).get("triggerExecution", 0) or 0) / 1000)
+        lag = [input_lag(s) for s in p.get("sources") or []]
+        if lag and all(v is not None for v in lag):
+            self.input_lag.set(sum(lag))
         ops = p.get("stateOperators") or []
         self.state_rows.set(sum(op.get("numRowsTotal", 0) for op in ops))
+
+
+def input_lag(source: dict) -> Optional[int]:
+    """Records between a source's end offset and the latest it saw: the Python
+    source's {"topic/partition": n} or Spark's {"topic": {"partition": n}}."""
+    def flat(text) -> Optional[dict]:
+        if not text:
+            return None
+        data = json.loads(text) if isinstance(text, str) else text
+        out = {}
+        for k, v in data.items():
+            if isinstance(v, dict):
+                out.update({f"{k}/{p}": n for p, n in v.items()})
+            elif not k.startswith("~") and isinstance(v, int):
+                out[k] = v
+        return out
+
+    try:
+        latest, end = flat(source.get("latestOffset")), flat(source.get("endOffset"))
+    except (ValueError, AttributeError):
+        return None
+    if latest is None or end is None:
+        return None
+    return sum(max(0, n - end.get(k, 0)) for k, n in latest.items())
+
+
+def _basic_auth(app, username: str, password: str):
+    expected = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+
+    def guarded(environ, start_response):
+        given = environ.get("HTTP_AUTHORIZATION", "")
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            start_response("401 Unauthorized",
+                           [("WWW-Authenticate", 'Basic realm="isr-monitor"'),
+                            ("Content-Type", "text/plain")])
+            return [b"unauthorized\n"]
+        return app(environ, start_response)
+    return guarded
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args) -> None:  # one line per scrape is noise
+        pass

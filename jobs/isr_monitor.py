@@ -26,12 +26,16 @@ def main(argv=None) -> int:
 
     from pyspark.sql import SparkSession
 
-    from isr.config import ConfigError, load_settings
+    from isr import preflight
+    from isr.config import ConfigError, load_settings, unknown_env_vars
     from isr.stream.job import run_to_kafka, spark_session
     from isr.stream.running import quiet_failures, run_until_stopped
 
     try:
         settings = load_settings(args.config, args.set)
+        for line in unknown_env_vars(settings):
+            print(line, file=sys.stderr)
+        preflight.streaming_job(settings)
     except ConfigError as exc:
         print(f"isr_monitor: {exc}", file=sys.stderr)
         return 2

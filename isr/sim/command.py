@@ -77,11 +77,13 @@ def simulate(scenario_name: str, to: str, rate: Optional[float], duration_s: Opt
 
 def _to_kafka(events, topic: str, rate: Optional[float], budget_s: float, partitions: int,
               settings: Settings, on_progress) -> Sent:
-    from isr.kafka.client import client_config, ensure_topics, producer
+    from isr.kafka.client import ensure_topics, producer
 
     if not topic:
         raise ConfigError("--to kafka://TOPIC needs a topic name")
-    conf = client_config(settings.kafka)
+    from isr import preflight
+
+    conf = preflight.kafka_reachable(settings)
     ensure_topics(conf, [topic], partitions)
     paced = at_rate(events, rate, budget_s) if rate is not None else in_real_time(events)
     p = producer(conf, **{"linger.ms": 20, "batch.num.messages": 10000,

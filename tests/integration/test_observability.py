@@ -27,7 +27,8 @@ from isr.sim.scenario import load_scenario
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-VARIABLES = re.compile(r"\$(cluster|topic|partition|policy)\b")
+VARIABLES = {"cluster": ".*", "topic": ".*", "partition": ".*", "instance": ".*",
+             "policy": "kafka"}  # the dashboards show one policy at a time
 
 
 def dashboard_exprs() -> list[tuple[str, str]]:
@@ -37,16 +38,29 @@ def dashboard_exprs() -> list[tuple[str, str]]:
         for p in d["panels"]:
             out += [(f"{path.stem}: {p['title']}", t["expr"]) for t in p["targets"]]
         out += [(f"{path.stem}: annotation {a['name']}", a["expr"])
-                for a in d["annotations"]["list"]]
-    return [(where, VARIABLES.sub(".*", expr)) for where, expr in out]
+                for a in d.get("annotations", {}).get("list", [])]
+    return [(where, re.sub(r"\$(\w+)", lambda m: VARIABLES[m.group(1)], expr))
+            for where, expr in out]
+
+
+def rules() -> list[dict]:
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "conf/prometheus/rules.yml").read_text())
+    return [r for g in doc["groups"] for r in g["rules"]]
 
 
 def rule_exprs() -> list[tuple[str, str]]:
-    import yaml
-
-    rules = yaml.safe_load((ROOT / "conf/prometheus/rules.yml").read_text())
-    return [(r.get("record") or r["alert"], r["expr"]) for g in rules["groups"]
-            for r in g["rules"]]
+    """Recording rules' expressions, and each series an alerting rule reads
+    (an alert's condition need not hold in the scenario; its inputs must exist)."""
+    out = []
+    for r in rules():
+        if "record" in r:
+            out.append((r["record"], r["expr"]))
+        else:
+            out += [(r["alert"], name) for name in
+                    re.findall(r"\b(isr[_:][a-z_:0-9]+|up\{[^}]*\})", r["expr"])]
+    return out
 
 
 def _free_port() -> int:
@@ -113,22 +127,27 @@ def test_prometheus_scrapes_the_job_and_every_dashboard_and_rule_query_has_data(
     query = run_to_kafka(settings, spark=spark)
     try:
         produce([e for e in events if e["ts"] < cut], bad=1)
-        _wait(lambda: 'isr_partition_isr_size{cluster="default",partition="0",policy="kafka",'
+        _wait(lambda: 'isr_partition_in_sync_replicas{cluster="default",partition="0",policy="kafka",'
                       'topic="events"} 1.0' in httpx.get(metrics_url).text, what="phase 1 state")
         with Prometheus(f"127.0.0.1:{port}", str(ROOT / "conf/prometheus/rules.yml")) as prom:
-            _wait(lambda: prom.query('isr_partition_isr_size{topic="orders"} == 2'),
+            _wait(lambda: prom.query('isr_partition_in_sync_replicas{topic="orders"} == 2'),
                   what="Prometheus to scrape the shrunk ISR")
             time.sleep(3)
             produce([e for e in events if e["ts"] >= cut], bad=3)
-            _wait(lambda: prom.query('isr_partition_isr_size{topic="orders"} == 3'),
+            _wait(lambda: prom.query('isr_partition_in_sync_replicas{topic="orders"} == 3'),
                   what="the expansion")
             time.sleep(4)  # a few more scrapes and rule evaluations
             empty = [(where, expr) for where, expr in dashboard_exprs() + rule_exprs()
                      if not prom.query(expr)]
             assert not empty, f"queries without data: {empty}"
             # And the numbers are the scenario's.
-            assert prom.query('isr:under_min_isr_partitions:sum{policy="kafka"} == 1')
-            assert prom.query('isr_isr_changes_total{topic="orders",action="expand"} == 1')
+            assert prom.query('isr_under_min_isr_partitions{policy="kafka"} == 1')
+            assert prom.query('isr_leader_only_partitions{policy="kafka"} == 1')
+            assert prom.query('isr_partitions{policy="kafka"} == 2')
+            assert prom.query('isr_expands_total{topic="orders"} == 1')
+            assert prom.query('isr_stream_input_lag_records == 0')
+            health = httpx.get(f"{prom.url}/api/v1/rules").json()["data"]["groups"]
+            assert all(r["health"] == "ok" for g in health for r in g["rules"]), health
             assert prom.query('isr_dead_letters_total{reason_class="not_json"} == 4')
             assert prom.query("isr_webhook_outbox_alerts > 0")
             assert prom.query('isr_follower_lag_seconds{topic="events",replica="1002"} > 20')
