@@ -8,5 +8,5 @@ COPY isr ./isr
 COPY jobs ./jobs
 COPY conf ./conf
 RUN pip install --no-cache-dir .
-ENV PYSPARK_PYTHON=python3 ISR_SCENARIO_DIR=/opt/isr/conf/scenarios
+ENV PYSPARK_PYTHON=python3
 ENTRYPOINT ["isr"]

@@ -126,7 +126,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         preflight.writable_file(args.to, "--to")
     sent = simulate(args.scenario, args.to, args.rate, args.duration, args.seed,
                     args.partitions, lambda: _settings(args), err,
-                    show_progress=not args.quiet and err.is_terminal)
+                    show_progress=not args.quiet and err.is_terminal, forever=args.forever)
     if not args.quiet:
         line = f"{sent.events} events in {sent.seconds:.1f} s ({sent.rate:,.0f} events/s"
         if sent.target_rate:
@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="run a cluster scenario; events to a topic or a file",
                        description="Simulate a Kafka cluster's leader-side observations for a "
-                                   "scenario of conf/scenarios (or a TOML path) and write the "
+                                   "scenario of isr/sim/scenarios (or a TOML path) and write the "
                                    "fetch-state events to a file (as fast as possible) or "
                                    "produce them to Kafka (in real time, or at --rate events/s "
                                    "as a load generator that reports the rate it held).")
@@ -239,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds to run (default: the scenario's); simulated time, which is "
                         "wall time when producing in real time")
     p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--forever", action="store_true",
+                   help="kafka://TOPIC only: the scenario in real time without end (its "
+                        "repeating faults keep coming), until stopped")
     p.add_argument("--partitions", type=int, default=4,
                    help="partitions of the topic if it must be created (default 4)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")

@@ -192,8 +192,10 @@ class KafkaSettings(_Section):
     ssl_ca_location: Optional[str] = None
     ssl_certificate_location: Optional[str] = None
     ssl_key_location: Optional[str] = None
-    # Any other client property, passed through as is (librdkafka names).
+    # Any other client property of the monitor's own clients (librdkafka's
+    # names), and of Spark's built-in connector (the Java client's names).
     properties: dict[str, str] = {}
+    java_properties: dict[str, str] = {}
     # How long the job waits for a Kafka that does not answer (a broker
     # restart) before it stops with one line.
     outage_timeout_s: Annotated[float, Field(gt=0)] = 300.0
@@ -242,6 +244,18 @@ class OutputSettings(_Section):
     alerts_topic: TopicName = "isr.alerts"
     # One record per written micro-batch: what makes the sinks exactly-once.
     commit_topic: TopicName = "isr.sink-commits"
+    # For the topics the job creates (existing ones are left as they are):
+    # -1 takes the cluster's num.partitions / default.replication.factor.
+    # State, alert and commit topics are created compacted.
+    partitions: Annotated[int, Field(ge=-1, le=100_000)] = -1
+    replication_factor: Annotated[int, Field(ge=-1, le=32767)] = -1
+
+    @model_validator(mode="after")
+    def _set_counts(self):
+        if self.partitions == 0 or self.replication_factor == 0:
+            raise ValueError("output.partitions and output.replication_factor are -1 (the "
+                             "cluster's default) or at least 1")
+        return self
 
 
 class StreamSettings(_Section):
@@ -279,7 +293,12 @@ class DeliverySettings(_Section):
     request_timeout_s: Annotated[float, Field(gt=0)] = 3.0
     backoff_initial_s: Annotated[float, Field(gt=0)] = 0.2
     backoff_max_s: Annotated[float, Field(gt=0)] = 2.0
-    # Outbox (undelivered alerts) and ledger (delivered alert ids) live here.
+    # Alertmanager receivers: every firing alert is sent again this often (wall
+    # clock), its endsAt 4 intervals ahead; keep it well inside Alertmanager's
+    # resolve_timeout (5 min by default).
+    alertmanager_resend_s: Annotated[float, Field(gt=0)] = 60.0
+    # Outbox (undelivered alerts), ledger (delivered alert ids) and the active
+    # alerts re-sent to Alertmanager live here.
     state_dir: str = "checkpoints/isr-delivery"
     generator_url: str = "http://localhost:9464/"  # Alertmanager's generatorURL
 

@@ -14,7 +14,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
-from isr.alerts.delivery import SIGNATURE_HEADER, signature
+from isr.alerts.delivery import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 
 
 def free_port() -> int:
@@ -41,8 +41,9 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if outer.hmac_key is not None and self.headers.get(SIGNATURE_HEADER) != \
-                        signature(outer.hmac_key, body):
+                if outer.hmac_key is not None and not verify(
+                        outer.hmac_key, body, self.headers.get(TIMESTAMP_HEADER),
+                        self.headers.get(SIGNATURE_HEADER)):
                     outer.rejected += 1
                     self.send_response(401)
                     self.end_headers()
@@ -70,7 +71,7 @@ class Alertmanager:
     """prometheus-alertmanager (Debian), forwarding every alert group to
     `webhook_url` at once and again when it resolves."""
 
-    def __init__(self, webhook_url: str) -> None:
+    def __init__(self, webhook_url: str, resolve_timeout: str = "5m") -> None:
         self.binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
         if self.binary is None:
             raise RuntimeError("prometheus-alertmanager is not installed (.ci/run installs it)")
@@ -79,6 +80,8 @@ class Alertmanager:
         self.dir = tempfile.mkdtemp(prefix="isr-am-")
         with open(os.path.join(self.dir, "am.yml"), "w") as f:
             f.write(f"""
+global:
+  resolve_timeout: {resolve_timeout}
 route:
   receiver: test
   group_by: ['...']

@@ -128,6 +128,23 @@ def test_repeat_interval_resends_a_firing_alert():
     assert {d.labels["alertname"] for d in repeats} >= {"UnderMinIsr", "LeaderOnlyIsr"}
 
 
+def test_a_silence_of_a_year_repeats_an_alert_once_not_per_interval():
+    """A silent partition's alerts are re-sent with its next event, not at every
+    repeat instant of the silence (2,190 records per alert for a year at 4 h)."""
+    year = 365 * 24 * 3600 * 1000
+    events = [leader(0), leader(0, partition=1), append(1000, 10), append(1000, 10, partition=1),
+              append(year, 20, partition=1), append(year + 1000, 30)]
+    r = run(events, alerts=AlertSettings(repeat_interval_ms=4 * 3600 * 1000),
+            max_future_ms=2 * year)
+    alerts = [d for d in r.engine.decisions if isinstance(d, Alert)]
+    assert transitions(r, "PartitionSilent") == [(61001, "firing", 61001),
+                                                (61001, "firing", 61001),
+                                                (year, "resolved", 61001),
+                                                (year + 1000, "resolved", 61001)]
+    assert len(alerts) < 40, len(alerts)  # 28; 17,534 when each interval repeated
+    assert any(d.is_repeat and d.ts == T0 + year + 1000 for d in alerts)  # partition 0's next event
+
+
 def test_a_restart_from_a_snapshot_neither_refires_nor_loses_a_resolve():
     events = outage()
     whole = run(events)

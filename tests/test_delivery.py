@@ -160,3 +160,47 @@ def test_server_errors_are_retried_until_the_budget_then_kept(tmp_path, kind):
         assert d.outbox_size == 1 and d.counts[("busy", "retried")] == len(calls)
     finally:
         server.shutdown()
+
+
+def test_a_signed_request_replayed_later_is_refused():
+    from isr.alerts.delivery import signature, verify
+
+    body, key, stamp = b'{"x":1}', b"k", "1800000000"
+    sig = signature(key, body, stamp)
+    assert verify(key, body, stamp, sig, now=1800000100)
+    assert not verify(key, body, stamp, sig, now=1800000301)     # five minutes later
+    assert not verify(key, b'{"x":2}', stamp, sig, now=1800000100)  # another body
+    assert not verify(key, body, "1800000001", sig, now=1800000100)  # another time
+
+
+def test_alertmanager_keeps_an_alert_active_while_it_fires(tmp_path):
+    """Alertmanager resolves an alert whose endsAt passed (or after its
+    resolve_timeout, 2 s here): the deliverer's re-sends keep a firing alert
+    active there for longer than that, until the monitor resolves it."""
+    import httpx
+
+    receiver = Receiver().start()
+    try:
+        with Alertmanager(receiver.url, resolve_timeout="2s") as am:
+            hook = ReceiverSettings(name="am", kind="alertmanager",
+                                    url=f"{am.url}/api/v2/alerts")
+            d = Deliverer(settings(tmp_path, hook).model_copy(
+                update={"alertmanager_resend_s": 0.5}))
+            now = int(time.time() * 1000)
+            d.deliver([alert("firing", now, now)])
+            d.keep_alive()
+
+            def active():
+                got = httpx.get(f"{am.url}/api/v2/alerts", params={"active": "true"},
+                                timeout=5).json()
+                return [a["labels"]["alertname"] for a in got
+                        if a["status"]["state"] == "active"]
+
+            time.sleep(6)  # three resolve timeouts
+            assert active() == ["UnderMinIsr"]
+            d.deliver([alert("resolved", now, int(time.time() * 1000))])
+            assert _wait(lambda: active() == [])
+            d.close()
+            assert not (tmp_path / "delivery/active.jsonl").read_text()
+    finally:
+        receiver.stop()

@@ -37,3 +37,63 @@ def test_a_longer_outage_ends_in_one_line(monkeypatch):
         riding_out("sink", 30, down, lambda line: None)
     assert str(exc.value).startswith("sink: Kafka unreachable for 3")
     assert "kafka.outage_timeout_s = 30" in str(exc.value) and "\n" not in str(exc.value)
+
+
+# ---------------------------------------------------------------- Spark's connector
+def options(*overrides: str, password: str | None = None, monkeypatch=None) -> dict:
+    from isr.config import load_settings
+    from isr.stream import job
+
+    if password is not None:
+        monkeypatch.setenv("ISR_KAFKA_SASL_PASSWORD", password)
+    s = load_settings(None, ["input.source=kafka", "kafka.bootstrap_servers=b1:9093",
+                             'input.topics=["isr.events"]', *overrides])
+    return {k: v for k, v in job.source_options(s).items() if k.startswith("kafka.")}
+
+
+def test_plaintext_for_sparks_connector():
+    assert options() == {"kafka.bootstrap.servers": "b1:9093",
+                         "kafka.security.protocol": "PLAINTEXT"}
+
+
+@pytest.mark.parametrize("mechanism, module", [
+    ("SCRAM-SHA-512", "org.apache.kafka.common.security.scram.ScramLoginModule"),
+    ("PLAIN", "org.apache.kafka.common.security.plain.PlainLoginModule")])
+def test_sasl_ssl_becomes_a_jaas_config(monkeypatch, mechanism, module):
+    got = options("kafka.security_protocol=SASL_SSL", f"kafka.sasl_mechanism={mechanism}",
+                  "kafka.sasl_username=isr", password='s3"cr\\et', monkeypatch=monkeypatch)
+    assert got == {
+        "kafka.bootstrap.servers": "b1:9093", "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": mechanism,
+        "kafka.sasl.jaas.config": f'{module} required username="isr" '
+                                  f'password="s3\\"cr\\\\et";'}
+    assert not any("username" in k or "password" in k for k in got)  # librdkafka's names
+
+
+def test_ssl_with_a_ca_and_a_client_certificate_becomes_pem_stores(tmp_path):
+    (tmp_path / "ca.pem").write_text("CA")
+    (tmp_path / "cert.pem").write_text("-----BEGIN CERTIFICATE-----\nX\n")
+    (tmp_path / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\nY\n")
+    got = options("kafka.security_protocol=SSL", f"kafka.ssl_ca_location={tmp_path}/ca.pem",
+                  f"kafka.ssl_certificate_location={tmp_path}/cert.pem",
+                  f"kafka.ssl_key_location={tmp_path}/key.pem",
+                  'kafka.java_properties={"client.dns.lookup"="use_all_dns_ips"}')
+    assert got == {
+        "kafka.bootstrap.servers": "b1:9093", "kafka.security.protocol": "SSL",
+        "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": f"{tmp_path}/ca.pem",
+        "kafka.ssl.keystore.type": "PEM",
+        "kafka.ssl.keystore.certificate.chain": "-----BEGIN CERTIFICATE-----\nX\n",
+        "kafka.ssl.keystore.key": "-----BEGIN PRIVATE KEY-----\nY\n",
+        "kafka.client.dns.lookup": "use_all_dns_ips"}
+
+
+def test_the_python_source_keeps_librdkafkas_names(monkeypatch):
+    from isr.config import load_settings
+    from isr.stream import job
+
+    monkeypatch.setenv("ISR_KAFKA_SASL_PASSWORD", "pw")
+    s = load_settings(None, ["kafka.security_protocol=SASL_SSL", "kafka.sasl_mechanism=PLAIN",
+                             "kafka.sasl_username=isr", "input.max_offsets_per_trigger=1000"])
+    opts = job.source_options(s)
+    assert opts["kafka.sasl.username"] == "isr" and opts["kafka.sasl.password"] == "pw"
+    assert opts["maxOffsetsPerTrigger"] == "1000" and opts["failOnDataLoss"] == "true"

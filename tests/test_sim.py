@@ -4,6 +4,7 @@ report built on the same events."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -205,3 +206,28 @@ def test_bad_scenarios_are_one_line_errors(tmp_path):
         load_scenario(str(bad))
     with pytest.raises(ConfigError, match="no scenario 'nope'; known: broker-crash-recovery"):
         load_scenario("nope")
+
+
+def test_an_installed_wheel_ships_its_scenarios(tmp_path):
+    """Not the source tree: the wheel installed on its own, run from elsewhere."""
+    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                    "-q", "-w", str(wheels), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = wheels.glob("isr_monitor-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                    str(target), str(wheel)], check=True, capture_output=True)
+    env = {**os.environ, "PYTHONPATH": str(target)}
+
+    def isr(*args):
+        return subprocess.run([sys.executable, "-m", "isr.cli", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    where = subprocess.run([sys.executable, "-c", "import isr; print(isr.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert where.stdout.startswith(str(target))
+    listed = isr("simulate", "--list")
+    assert listed.returncode == 0 and "kafka-4485-mirror-maker" in listed.stdout
+    assert all(name in listed.stdout for name in scenario_names())
+    made = isr("simulate", "--scenario", "demo", "--duration", "5", "--to", "demo.jsonl", "-q")
+    assert made.returncode == 0, made.stderr
+    assert (tmp_path / "demo.jsonl").stat().st_size > 1000

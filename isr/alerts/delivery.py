@@ -17,6 +17,8 @@ import hashlib
 import hmac
 import json
 import os
+import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,6 +32,7 @@ from isr.config import DeliverySettings, Receiver
 from isr.contract.decisions import Alert
 
 SIGNATURE_HEADER = "X-ISR-Signature"
+TIMESTAMP_HEADER = "X-ISR-Timestamp"  # unix seconds, signed with the body
 # Delivered ids remembered across restarts. A re-run batch repeats only the
 # latest ids, so the ledger is cut back to this many when it doubles.
 LEDGER_KEEP = 100_000
@@ -39,22 +42,49 @@ class DeliveryFailed(Exception):
     """A receiver answered with a status that a retry may fix (5xx, 429)."""
 
 
-def signature(key: bytes, body: bytes) -> str:
-    return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
+def signature(key: bytes, body: bytes, timestamp: str) -> str:
+    """HMAC-SHA256 over `timestamp.body`: a captured request cannot be sent
+    again later, once the receiver checks the timestamp's age
+    (docs/alerts.md, "Delivery")."""
+    return "sha256=" + hmac.new(key, timestamp.encode() + b"." + body,
+                                hashlib.sha256).hexdigest()
+
+
+def verify(key: bytes, body: bytes, timestamp: Optional[str], sig: Optional[str],
+           now: Optional[float] = None, max_age_s: float = 300.0) -> bool:
+    """What a receiver checks (a reference for docs/alerts.md): the signature
+    over `timestamp.body`, and a timestamp no older (nor newer) than
+    max_age_s, so a captured request cannot be replayed later."""
+    if not timestamp or not sig or not timestamp.isdigit():
+        return False
+    now = time.time() if now is None else now
+    if abs(now - int(timestamp)) > max_age_s:
+        return False
+    return hmac.compare_digest(sig, signature(key, body, timestamp))
 
 
 def _secret(env: Optional[str]) -> Optional[str]:
     return os.environ.get(env) if env else None
 
 
-def payload(receiver: Receiver, alert: Alert, generator_url: str) -> object:
+def alertmanager_item(alert: Alert, generator_url: str, valid_until: Optional[str]) -> dict:
+    """One alert for Alertmanager's v2 API. A firing one carries `endsAt` a few
+    re-send intervals ahead (`valid_until`), as Prometheus does: it stays
+    active while the monitor keeps re-sending it, and resolves on its own only
+    if the monitor stops."""
+    item = {"labels": alert.labels, "annotations": alert.annotations,
+            "startsAt": alert.startsAt, "generatorURL": generator_url}
+    ends = alert.endsAt if alert.status == "resolved" else valid_until
+    if ends is not None:
+        item["endsAt"] = ends
+    return item
+
+
+def payload(receiver: Receiver, alert: Alert, generator_url: str,
+            valid_until: Optional[str] = None) -> object:
     """The body for one alert in the receiver's format."""
     if receiver.kind == "alertmanager":
-        item = {"labels": alert.labels, "annotations": alert.annotations,
-                "startsAt": alert.startsAt, "generatorURL": generator_url}
-        if alert.endsAt is not None:
-            item["endsAt"] = alert.endsAt
-        return [item]
+        return [alertmanager_item(alert, generator_url, valid_until)]
     if receiver.kind == "slack":
         icon = ":red_circle:" if alert.status == "firing" else ":large_green_circle:"
         labels = alert.labels
@@ -83,6 +113,16 @@ class Deliverer:
         lines = (line.partition(" ") for line in self._read_lines(self.outbox_path))
         self.outbox: list[tuple[str, Alert]] = [
             (name, Alert.model_validate_json(body)) for name, _, body in lines]
+        # Alertmanager receivers' firing alerts, re-sent until they resolve
+        # (keep_alive); kept across restarts.
+        self.active_path = state / "active.jsonl"
+        lines = (line.partition(" ") for line in self._read_lines(self.active_path))
+        self.active: dict[tuple[str, str], Alert] = {}
+        for name, _, body in lines:
+            a = Alert.model_validate_json(body)
+            self.active[(name, a.fingerprint)] = a
+        self._lock = threading.Lock()  # deliver() and the re-sending thread
+        self._stop = threading.Event()
 
     @staticmethod
     def _read_lines(path: Path) -> list[str]:
@@ -92,7 +132,12 @@ class Deliverer:
     def deliver(self, alerts: Iterable[Alert]) -> None:
         """Send the outbox, then these alerts, to every receiver, within the
         batch budget; keep what could not be sent."""
+        with self._lock:
+            self._deliver(list(alerts))
+
+    def _deliver(self, alerts: list[Alert]) -> None:
         receivers = [r for r in self.settings.webhooks if r.enabled]
+        self._track_active(alerts, receivers)
         queue = list(self.outbox) + [(r.name, a) for a in alerts for r in receivers]
         deadline = time.monotonic() + self.settings.batch_budget_s
         by_name = {r.name: r for r in receivers}
@@ -121,17 +166,87 @@ class Deliverer:
     def outbox_size(self) -> int:
         return len(self.outbox)
 
+    # ------------------------------------------------------------ Alertmanager
+    def _track_active(self, alerts: list[Alert], receivers: list[Receiver]) -> None:
+        before = dict(self.active)
+        for r in receivers:
+            if r.kind != "alertmanager":
+                continue
+            for a in alerts:
+                if a.status == "firing":
+                    self.active[(r.name, a.fingerprint)] = a
+                else:
+                    self.active.pop((r.name, a.fingerprint), None)
+        if self.active != before:
+            _write_atomic(self.active_path, "".join(
+                f"{name} {a.model_dump_json()}\n" for (name, _fp), a in self.active.items()))
+
+    def resend_active(self) -> int:
+        """Send every firing alert to its Alertmanager again, with `endsAt` a
+        few intervals ahead, so Alertmanager keeps it active (it resolves an
+        alert whose `endsAt` passed, or after its resolve_timeout when none is
+        given). Returns how many alerts were sent."""
+        with self._lock:
+            by_name = {r.name: r for r in self.settings.webhooks
+                       if r.enabled and r.kind == "alertmanager"}
+            per_receiver: dict[str, list[Alert]] = {}
+            for (name, _fp), a in self.active.items():
+                if name in by_name:
+                    per_receiver.setdefault(name, []).append(a)
+            sent = 0
+            for name, alerts in per_receiver.items():
+                body = json.dumps([alertmanager_item(a, self.settings.generator_url,
+                                                     self._valid_until()) for a in alerts],
+                                  separators=(",", ":")).encode()
+                deadline = time.monotonic() + self.settings.request_timeout_s
+                if self._send_body(by_name[name], body, deadline):
+                    self.counts[(name, "resent")] += len(alerts)
+                    sent += len(alerts)
+            return sent
+
+    def _valid_until(self) -> str:
+        from isr.alerts.evaluator import iso
+
+        ms = int(time.time() * 1000) + 4 * int(self.settings.alertmanager_resend_s * 1000)
+        return iso(ms)
+
+    def keep_alive(self) -> Optional[threading.Thread]:
+        """Re-send active alerts to Alertmanager receivers every
+        delivery.alertmanager_resend_s of wall-clock time, with or without
+        micro-batches (None: no Alertmanager receiver)."""
+        if not any(r.enabled and r.kind == "alertmanager" for r in self.settings.webhooks):
+            return None
+
+        def loop() -> None:
+            while not self._stop.wait(self.settings.alertmanager_resend_s):
+                try:
+                    self.resend_active()
+                except Exception as exc:  # noqa: BLE001 - the next round tries again
+                    print(f"isr: delivery: re-sending to Alertmanager: {exc}", file=sys.stderr)
+
+        thread = threading.Thread(target=loop, daemon=True, name="isr-alertmanager")
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        self._stop.set()
+
     # ------------------------------------------------------------ internals
     def _send(self, receiver: Receiver, alert: Alert, deadline: float) -> bool:
-        body = json.dumps(payload(receiver, alert, self.settings.generator_url),
-                          separators=(",", ":")).encode()
+        body = json.dumps(payload(receiver, alert, self.settings.generator_url,
+                                  self._valid_until()), separators=(",", ":")).encode()
+        return self._send_body(receiver, body, deadline)
+
+    def _send_body(self, receiver: Receiver, body: bytes, deadline: float) -> bool:
         headers = {"Content-Type": "application/json", **receiver.headers}
         token = _secret(receiver.token_env)
         if token:
             headers["Authorization"] = f"Bearer {token}"
         key = _secret(receiver.hmac_key_env)
         if key:
-            headers[SIGNATURE_HEADER] = signature(key.encode(), body)
+            stamp = str(int(time.time()))
+            headers[TIMESTAMP_HEADER] = stamp
+            headers[SIGNATURE_HEADER] = signature(key.encode(), body, stamp)
         budget = max(0.0, deadline - time.monotonic())
         retrying = Retrying(
             stop=stop_after_delay(budget),
@@ -165,6 +280,12 @@ class Deliverer:
 
     def _save_outbox(self, kept: list[tuple[str, Alert]]) -> None:
         self.outbox = kept
-        tmp = self.outbox_path.with_suffix(".tmp")
-        tmp.write_text("".join(f"{name} {a.model_dump_json()}\n" for name, a in kept))
-        os.replace(tmp, self.outbox_path)  # atomic: never a half-written outbox
+        _write_atomic(self.outbox_path,
+                      "".join(f"{name} {a.model_dump_json()}\n" for name, a in kept))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Never a half-written file: write aside, then rename."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

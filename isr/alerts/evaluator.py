@@ -100,6 +100,8 @@ class AlertEvaluator:
         if w.alerts:
             for_ms, repeat = self.params(w.topic).for_ms, self.cfg.repeat_interval_ms
             for (name, _r), (since, fired, sent) in w.alerts.items():
+                if fired >= 0 and w.last_event_ts <= sent:
+                    continue  # silent since the last send: repeats wait for an event
                 t = since + for_ms[name] if fired < 0 else sent + repeat
                 if t > w.t and (due is None or t < due):
                     due = t
@@ -120,7 +122,7 @@ class AlertEvaluator:
                     state[1] = state[2] = T
                     out.append(self._record(w, key, P, "firing", T, T,
                                             describe(key[0], numbers, P)))
-            elif T >= sent + repeat:
+            elif T >= sent + repeat and w.last_event_ts > sent:
                 state[2] = T
                 out.append(self._record(w, key, P, "firing", fired, T,
                                         describe(key[0], numbers, P)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Callable, Iterable, Optional, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -13,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from isr.errors import KafkaUnavailable
 
-from isr.config import KafkaSettings
+from isr.config import ConfigError, KafkaSettings
 
 
 def client_config(kafka: KafkaSettings) -> dict[str, str]:
@@ -32,9 +33,53 @@ def client_config(kafka: KafkaSettings) -> dict[str, str]:
     return conf
 
 
+# The JAAS login module of each SASL mechanism in the Java client
+# (clients/src/main/java/org/apache/kafka/common/security/..., apache/kafka 1eb7644).
+LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+def _jaas_quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
-    """The same settings as options of Spark's built-in `kafka` format."""
-    return {f"kafka.{k}": v for k, v in client_config(kafka).items()}
+    """The same settings as options of Spark's built-in `kafka` format, in the
+    Java client's names (SaslConfigs, SslConfigs): the SASL username and
+    password become `sasl.jaas.config`, PEM files the PEM trust and key
+    stores (KIP-651). `kafka.java_properties` adds any other Java property;
+    `kafka.properties` (librdkafka's names) are not passed."""
+    opts = {"kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "kafka.security.protocol": kafka.security_protocol}
+    if kafka.security_protocol.startswith("SASL"):
+        mechanism = kafka.sasl_mechanism or "PLAIN"
+        opts["kafka.sasl.mechanism"] = mechanism
+        module = LOGIN_MODULES.get(mechanism)
+        password = kafka.sasl_password()
+        if module is not None and kafka.sasl_username and password is not None:
+            opts["kafka.sasl.jaas.config"] = (
+                f"{module} required username={_jaas_quoted(kafka.sasl_username)} "
+                f"password={_jaas_quoted(password)};")
+    if kafka.security_protocol in ("SSL", "SASL_SSL"):
+        if kafka.ssl_ca_location:
+            opts["kafka.ssl.truststore.type"] = "PEM"
+            opts["kafka.ssl.truststore.location"] = kafka.ssl_ca_location
+        if kafka.ssl_certificate_location and kafka.ssl_key_location:
+            opts["kafka.ssl.keystore.type"] = "PEM"
+            opts["kafka.ssl.keystore.certificate.chain"] = _read(kafka.ssl_certificate_location,
+                                                                 "kafka.ssl_certificate_location")
+            opts["kafka.ssl.keystore.key"] = _read(kafka.ssl_key_location,
+                                                   "kafka.ssl_key_location")
+    opts.update({f"kafka.{k}": v for k, v in kafka.java_properties.items()})
+    return opts
+
+
+def _read(path: str, setting: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{setting}: {path}: {exc.strerror}") from None
 
 
 def consumer(conf: dict[str, str], **extra) -> Consumer:
@@ -62,18 +107,55 @@ def admin(conf: dict[str, str]) -> AdminClient:
     return AdminClient({**conf, "log_level": 2})
 
 
-def ensure_topics(conf: dict, names: list[str], partitions: int = 1) -> None:
-    """Create missing topics (brokers may not auto-create them)."""
+NOT_ALLOWED = ("TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED",
+               "POLICY_VIOLATION")
+
+
+def ensure_topics(conf: dict, names: list[str], partitions: int = -1,
+                  replication_factor: int = -1, compacted: Iterable[str] = ()) -> None:
+    """Create missing topics (brokers may not auto-create them), with the
+    cluster's defaults where given -1, and `cleanup.policy=compact` for the
+    `compacted` ones. A principal that may not create topics gets one line
+    (ConfigError) saying what to create; an existing topic meant to be
+    compacted that is not gets a warning line."""
+    compacted = set(compacted)
     client = admin(conf)
     existing = set(client.list_topics(timeout=10).topics)
     missing = [n for n in dict.fromkeys(names) if n not in existing]
-    if missing:
-        for future in client.create_topics([NewTopic(n, partitions, 1) for n in missing]).values():
-            try:
-                future.result(timeout=10)
-            except Exception as exc:  # noqa: BLE001 - created meanwhile is fine
-                if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                    raise
+    new = [NewTopic(n, partitions, replication_factor,
+                    config={"cleanup.policy": "compact"} if n in compacted else {})
+           for n in missing]
+    for name, future in (client.create_topics(new).items() if new else ()):
+        try:
+            future.result(timeout=10)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.name() == "TOPIC_ALREADY_EXISTS":
+                continue  # created meanwhile
+            if err.name() in NOT_ALLOWED:
+                raise ConfigError(
+                    f"output topics: may not create {name} ({err.str()}); create "
+                    f"{', '.join(missing)} beforehand (docs/operations.md, \"Output topics\") "
+                    "or grant this principal CREATE") from None
+            raise ConfigError(f"output topics: creating {name}: {err.str()}") from None
+    _warn_not_compacted(client, [n for n in compacted if n in existing])
+
+
+def _warn_not_compacted(client: AdminClient, names: list[str]) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    if not names:
+        return
+    try:
+        found = client.describe_configs([ConfigResource("topic", n) for n in names])
+        for resource, future in found.items():
+            policy = future.result(timeout=10).get("cleanup.policy")
+            if policy is not None and "compact" not in (policy.value or ""):
+                print(f"isr: warning: topic {resource.name} has cleanup.policy={policy.value}; "
+                      "the monitor keys its records for compaction (cleanup.policy=compact)",
+                      file=sys.stderr)
+    except KafkaException:
+        pass  # not allowed to describe: nothing to say
 
 
 def topic_partitions(conf: dict[str, str], topics: Iterable[str] = (),

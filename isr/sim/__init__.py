@@ -1,2 +1,2 @@
-"""The cluster simulator: scenarios (conf/scenarios), the discrete-event
+"""The cluster simulator: scenarios (isr/sim/scenarios), the discrete-event
 simulator of leader-side observations, and where its events go."""

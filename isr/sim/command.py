@@ -46,12 +46,17 @@ def list_scenarios(console: Console) -> None:
 
 def simulate(scenario_name: str, to: str, rate: Optional[float], duration_s: Optional[float],
              seed: Optional[int], partitions: int, settings_factory, console: Console,
-             show_progress: bool) -> Sent:
+             show_progress: bool, forever: bool = False) -> Sent:
     """Returns what was sent; `settings_factory()` gives the Kafka settings
-    (only called when producing to Kafka)."""
+    (only called when producing to Kafka). `forever`: the scenario in real
+    time without end (its faults repeat as they are written), for a demo or
+    a docker-compose stack that must keep running."""
     to_kafka = to.startswith(KAFKA_PREFIX)
     if rate is not None and not to_kafka:
         raise ConfigError("--rate paces production to Kafka; a file is written as fast as possible")
+    if forever and (not to_kafka or rate is not None or duration_s is not None):
+        raise ConfigError("--forever produces to kafka://TOPIC in real time, without --rate or "
+                          "--duration")
     if rate is not None and rate <= 0:
         raise ConfigError("--rate must be positive")
     duration_ms = None if duration_s is None else int(duration_s * 1000)
@@ -59,6 +64,9 @@ def simulate(scenario_name: str, to: str, rate: Optional[float], duration_s: Opt
         scenario = load_scenario(scenario_name, seed=seed)
         budget_s = duration_s if duration_s is not None else scenario.duration_ms / 1000
         sim_duration = -1
+    elif forever:
+        scenario = load_scenario(scenario_name, seed=seed)
+        budget_s, sim_duration = float("inf"), -1
     else:
         scenario = load_scenario(scenario_name, duration_ms, seed)
         budget_s, sim_duration = scenario.duration_ms / 1000, None
@@ -108,7 +116,8 @@ class _Progress:
             return None
         self.progress.start()
         sc = self.scenario
-        task = self.progress.add_task(sc.name, total=self.budget_s, count=0)
+        total = None if self.budget_s == float("inf") else self.budget_s
+        task = self.progress.add_task(sc.name, total=total, count=0)
         started = time.monotonic()
 
         def on_progress(count: int, ts: int) -> None:

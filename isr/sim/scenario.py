@@ -1,4 +1,4 @@
-"""Scenario files (`conf/scenarios/*.toml`): a cluster, its traffic, its
+"""Scenario files (`isr/sim/scenarios/*.toml`, shipped in the package): a cluster, its traffic, its
 faults, and what an operator should see under each policy.
 
 Times in a scenario are milliseconds relative to its start (`at_ms`); the
@@ -17,9 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from isr.config import ConfigError, PolicyName
 
-# The repository's conf/scenarios; $ISR_SCENARIO_DIR points elsewhere.
+# The scenarios shipped with the package (isr/sim/scenarios, package data);
+# $ISR_SCENARIO_DIR points elsewhere.
 SCENARIO_DIR = Path(os.environ.get("ISR_SCENARIO_DIR")
-                    or Path(__file__).resolve().parents[2] / "conf" / "scenarios")
+                    or Path(__file__).resolve().parent / "scenarios")
 
 Ms = Annotated[int, Field(ge=0)]
 PositiveMs = Annotated[int, Field(gt=0)]
@@ -171,7 +172,7 @@ def scenario_names() -> list[str]:
 
 def load_scenario(name_or_path: str, duration_ms: Optional[int] = None,
                   seed: Optional[int] = None) -> Scenario:
-    """A scenario by name (conf/scenarios/NAME.toml) or path; ConfigError on
+    """A scenario by name (isr/sim/scenarios/NAME.toml) or path; ConfigError on
     anything wrong, phrased as one line."""
     path = Path(name_or_path)
     if not path.suffix:

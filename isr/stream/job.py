@@ -60,11 +60,16 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
 
 
 def source_options(settings: Settings) -> dict[str, str]:
-    """Options for either source: Spark's `kafka` format takes the same names."""
-    from isr.kafka.client import spark_kafka_options
+    """Options for either source, in Spark's Kafka source's option names. The
+    client properties are librdkafka's for the Python source, the Java
+    client's for Spark's own connector (kafka.client.spark_kafka_options)."""
+    from isr.kafka.client import client_config, spark_kafka_options
 
-    opts = spark_kafka_options(settings.kafka)
     inp = settings.input
+    if inp.source == "python":
+        opts = {f"kafka.{k}": v for k, v in client_config(settings.kafka).items()}
+    else:
+        opts = spark_kafka_options(settings.kafka)
     if inp.topic_pattern:
         opts["subscribePattern"] = inp.topic_pattern
     else:
@@ -159,13 +164,17 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
 
     def topics_setup() -> None:
         ensure_topics(conf, [out.changes_topic, out.state_topic, out.dead_letter_topic,
-                             out.alerts_topic, out.commit_topic])
+                             out.alerts_topic, out.commit_topic], out.partitions,
+                      out.replication_factor,
+                      compacted=[out.state_topic, out.alerts_topic, out.commit_topic])
 
     topics_setup()
     spark = spark or spark_session(settings, master)
     sink = KafkaSink(conf, out, settings.stream.query_name, settings.kafka.outage_timeout_s,
                      topics_setup)
     deliverer = Deliverer(settings.delivery) if settings.delivery.webhooks else None
+    if deliverer is not None:
+        deliverer.keep_alive()
     metrics = Metrics(settings.metrics) if settings.metrics.enabled else None
     if metrics is not None:
         metrics.serve()

@@ -27,6 +27,7 @@ QUIET_LOGGERS = ("org.apache.spark.sql.execution.streaming",
 def quiet_failures(spark) -> None:
     """Silence the loggers that repeat a failure's stack traces."""
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    _quiet_accumulator_server(spark.sparkContext)
     try:
         jvm = spark.sparkContext._jvm
         configurator = jvm.org.apache.logging.log4j.core.config.Configurator
@@ -35,6 +36,22 @@ def quiet_failures(spark) -> None:
             configurator.setLevel(name, off)
     except Exception:  # noqa: BLE001 - another logging backend: keep its output
         pass
+
+
+def _quiet_accumulator_server(sc) -> None:
+    """PySpark's accumulator server prints a traceback when the JVM hangs up
+    on it at shutdown (EOFError while it polls for updates): a stop, not an
+    error, so it is dropped; anything else is still printed."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is None:
+        return
+    printed = server.handle_error
+
+    def handle_error(request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+            printed(request, client_address)
+
+    server.handle_error = handle_error
 
 
 def run_until_stopped(query, name: str = "isr") -> int:

@@ -124,7 +124,8 @@ class KafkaSink:
         tps = self._ride("sink", lambda: topic_partitions(self.conf, [self.output.commit_topic]))
         mine, latest = None, None
         for msg in self._read(tps and {tp: 0 for tp in tps}):
-            if msg.key() != self.query.encode():
+            key = (msg.key() or b"").decode("utf-8", "replace")
+            if key != self.query and not key.startswith(self.query + "@"):
                 continue
             record = json.loads(msg.value())
             latest = record
@@ -226,7 +227,9 @@ class KafkaSink:
         self._flush(errors)
         commit = json.dumps({"batch": batch_id, "offsets": offsets,
                              "checkpoint": self._checkpoint}, sort_keys=True)
-        self._produce(self.output.commit_topic, self.query, commit, headers_base, delivered)
+        # Keyed per checkpoint: a compacted commit topic keeps each one's last.
+        self._produce(self.output.commit_topic, f"{self.query}@{self._checkpoint}", commit,
+                      headers_base, delivered)
         self._flush(errors)
         return produced
 

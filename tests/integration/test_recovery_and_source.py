@@ -145,23 +145,6 @@ def test_python_source_delivers_every_record_once_under_a_read_limit(broker, spa
     assert max(len(b) for b in batches) <= 450 and len([b for b in batches if b]) >= 5
 
 
-def test_builtin_kafka_format_gets_the_same_options():
-    s = load_settings(None, ["kafka.bootstrap_servers=b1:9093", "kafka.security_protocol=SASL_SSL",
-                             "kafka.sasl_mechanism=SCRAM-SHA-512", "kafka.sasl_username=isr",
-                             "input.source=kafka", "input.topic_pattern=isr\\.events\\..*",
-                             "input.max_offsets_per_trigger=1000"])
-    os.environ["ISR_KAFKA_SASL_PASSWORD"] = "s3cret"
-    try:
-        opts = job.source_options(s)
-    finally:
-        del os.environ["ISR_KAFKA_SASL_PASSWORD"]
-    assert opts == {
-        "kafka.bootstrap.servers": "b1:9093", "kafka.security.protocol": "SASL_SSL",
-        "kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.sasl.username": "isr",
-        "kafka.sasl.password": "s3cret", "subscribePattern": "isr\\.events\\..*",
-        "startingOffsets": "earliest", "maxOffsetsPerTrigger": "1000", "failOnDataLoss": "true"}
-
-
 def test_builtin_kafka_format_without_its_jar_fails_with_instructions(spark):
     s = load_settings(None, ["input.source=kafka"])
     with pytest.raises(RuntimeError) as exc:
