@@ -50,13 +50,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         err.width = 120  # piped stderr: do not squeeze the summary into 80 columns
     show_progress = not args.quiet and err.is_terminal
     if args.engine == "spark":
+        if args.merge:
+            raise ConfigError("--merge reads the files in this process: use --engine local")
         if args.report:
             raise ConfigError("--report follows the models in this process: use --engine local")
         from isr.stream.replay_spark import replay_spark
         result = replay_spark(args.events, settings)
     else:
         with (RichProgress(err) if show_progress else nullcontext()) as progress:
-            result = replay(args.events, settings.monitor, progress, whatif=bool(args.report))
+            result = replay(args.events, settings.monitor, progress, whatif=bool(args.report),
+                            merge=args.merge)
     out_cm = open(args.output, "wb") if args.output not in (None, "-") else nullcontext(
         sys.stdout.buffer)
     with out_cm as out:
@@ -186,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=["local", "spark"], default="local",
                    help="local: the leader model in this process (default); spark: the "
                         "streaming job over the file (Trigger.AvailableNow), same decisions")
+    p.add_argument("--merge", action="store_true",
+                   help="interleave the files by ts (the outputs of several `isr tap`s) instead "
+                        "of reading them one after the other")
     p.add_argument("--output", "-o", metavar="FILE", help="decisions file (default: stdout)")
     p.add_argument("--dead-letters", metavar="FILE",
                    help="write rejected input lines here as dead_letter records")
@@ -249,6 +255,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(p)
     p.set_defaults(func=cmd_simulate)
 
+    _add_tap_parsers(sub)
+
+    p = sub.add_parser("verify", help="where the computed ISR changes and the cluster's own differ",
+                       description="Replay EVENTS (with the cluster's own `isr` events, e.g. from "
+                                   "`isr tap server-log`) and print, per partition, where the "
+                                   "computed ISR changes and the ones the cluster committed "
+                                   "differ, with the numbers of both sides. Exit 1 if any differ.")
+    p.add_argument("events", nargs="+", metavar="EVENTS", help="JSON-lines event files")
+    p.add_argument("--policy", default="kafka", help="the policy to compare (default kafka)")
+    p.add_argument("--tolerance-ms", type=int, default=2000,
+                   help="a computed change and a commit this close in time are the same change "
+                        "(the leader's AlterPartition round trip; default 2000); a shrink may "
+                        "also differ by one ISR check interval (docs/tap.md)")
+    _add_config_options(p)
+    p.set_defaults(func=cmd_verify)
+
     p = sub.add_parser("schema", help="print the JSON Schemas of input and output records",
                        description="Print the JSON Schema of every input event and output "
                                    "record type, or of one with --type.")
@@ -261,6 +283,142 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(p)
     p.set_defaults(func=cmd_check_config)
     return parser
+
+
+def _add_tap_parsers(sub) -> None:
+    tap = sub.add_parser("tap", help="fetch-state events from a real cluster's logs and metadata",
+                         description="Turn a Kafka cluster's own logs into the monitor's input "
+                                     "events (docs/tap.md).")
+    kinds = tap.add_subparsers(dest="source", required=True, metavar="SOURCE")
+
+    def common(p, source_help: Optional[str]) -> None:
+        if source_help:
+            p.add_argument("path", metavar="PATH|-", help=source_help)
+            p.add_argument("-F", "--follow", action="store_true",
+                           help="keep reading as the file grows, across rotation (like tail -F)")
+            p.add_argument("--timezone", default="UTC",
+                           help="the broker's time zone, as log4j's %%d is local time (default UTC)")
+        p.add_argument("--to", required=True, metavar="kafka://TOPIC|FILE",
+                       help="kafka://TOPIC (brokers from [kafka]), a JSON-lines file, or - for stdout")
+        p.add_argument("--cluster", default="default", help="the cluster's name in the events")
+        p.add_argument("--quiet", "-q", action="store_true", help="no progress or final count")
+        _add_config_options(p)
+
+    p = kinds.add_parser("request-log", help="follower fetches from a broker's kafka-request.log",
+                         description="Follower FETCH requests of one broker's request log "
+                                     "(kafka.request.logger=DEBUG) as fetch and append events.")
+    common(p, "the broker's kafka-request.log, or - for stdin")
+    p.add_argument("--broker", type=int, required=True, help="the id of the broker that wrote it")
+    p.add_argument("--topic-ids", metavar="DUMP|BOOTSTRAP",
+                   help="where FetchRequest v13+ topic ids get their names: a metadata dump file "
+                        "(kafka-dump-log --cluster-metadata-decoder) or bootstrap servers")
+    p.set_defaults(func=cmd_tap_request_log)
+
+    p = kinds.add_parser("metadata", help="leaders, ISR and brokers from the KRaft metadata log "
+                                          "or by polling",
+                         description="Leader, isr and broker events from the text of "
+                                     "kafka-dump-log --cluster-metadata-decoder (exact), or "
+                                     "by polling Metadata and DescribeCluster (--poll, sampled).")
+    p.add_argument("path", nargs="?", metavar="PATH|-", help="the metadata dump, or - for stdin")
+    p.add_argument("-F", "--follow", action="store_true", help="keep reading as the file grows")
+    p.add_argument("--poll", metavar="BOOTSTRAP", help="poll this cluster instead of reading a dump")
+    p.add_argument("--interval-s", type=float, default=5.0, help="seconds between polls (default 5)")
+    p.add_argument("--polls", type=int, help="stop after this many polls (default: until stopped)")
+    common(p, None)
+    p.set_defaults(func=cmd_tap_metadata)
+
+    p = kinds.add_parser("server-log", help="the ISR the cluster committed, from server.log",
+                         description="`ISR updated to …` lines of the leaders' server.log as isr "
+                                     "events (Kafka 2.x, 3.x and 4.x wording).")
+    common(p, "a broker's server.log, or - for stdin")
+    p.set_defaults(func=cmd_tap_server_log)
+
+
+def _topic_ids(where: Optional[str]):
+    """FetchRequest v13+ names topics by id: a resolver from a dump or a cluster."""
+    if where is None:
+        return None
+    from pathlib import Path
+
+    if Path(where).exists():
+        from isr.tap.metadata import MetadataLogTap
+
+        dump = MetadataLogTap()
+        with open(where, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                dump.feed(line)
+        return dump.topic_name
+    from isr.tap.resolve import ClusterTopicIds
+
+    return ClusterTopicIds(where)
+
+
+def _run_tap(args: argparse.Namespace, tap) -> int:
+    from isr.tap.command import run_tap
+
+    return run_tap(tap, args.path, args.follow, args.to, lambda: _settings(args),
+                   Console(stderr=True), args.quiet)
+
+
+def cmd_tap_request_log(args: argparse.Namespace) -> int:
+    from isr.tap.request_log import RequestLogTap
+
+    return _run_tap(args, RequestLogTap(args.broker, args.cluster, _zone(args.timezone),
+                                        _topic_ids(args.topic_ids)))
+
+
+def cmd_tap_server_log(args: argparse.Namespace) -> int:
+    from isr.tap.server_log import ServerLogTap
+
+    return _run_tap(args, ServerLogTap(args.cluster, _zone(args.timezone)))
+
+
+def cmd_tap_metadata(args: argparse.Namespace) -> int:
+    from isr.tap.metadata import MetadataLogTap, MetadataPoller
+
+    if (args.path is None) == (args.poll is None):
+        raise ConfigError("tap metadata reads a dump (PATH or -) or polls (--poll BOOTSTRAP): "
+                          "one of the two")
+    if args.poll is not None:
+        from isr.tap.command import poll_metadata
+
+        return poll_metadata(MetadataPoller(args.cluster), args.poll, args.interval_s, args.polls,
+                             args.to, lambda: _settings(args), Console(stderr=True), args.quiet)
+    args.timezone = "UTC"
+    return _run_tap(args, MetadataLogTap(args.cluster))
+
+
+def _zone(name: str) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"--timezone {name}: not a time zone name (e.g. UTC, Europe/Berlin)") \
+            from None
+    return name
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from isr import preflight
+    from isr.verify import describe, verify
+
+    preflight.readable_inputs(args.events)
+    settings = _settings(args)
+    reports = verify(args.events, settings.monitor, args.policy, args.tolerance_ms)
+    if not reports:
+        print("no ISR changes on either side: nothing to compare", file=sys.stderr)
+        return 0
+    t0 = min([c.ts for r in reports for c, _ in r.matched] +
+             [c.ts for r in reports for c in r.computed_only] +
+             [c.ts for r in reports for c, _ in r.cluster_only] or [0])
+    differ = [r for r in reports if not r.agrees]
+    for r in differ:
+        print("\n".join(describe(r, t0)))
+    agreed = sum(len(r.matched) for r in reports)
+    print(f"{len(reports)} partitions, {agreed} ISR changes agree, {len(differ)} partitions "
+          f"differ (policy {args.policy}, tolerance {args.tolerance_ms} ms)")
+    return 1 if differ else 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

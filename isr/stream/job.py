@@ -164,9 +164,11 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
 
     def topics_setup() -> None:
         ensure_topics(conf, [out.changes_topic, out.state_topic, out.dead_letter_topic,
-                             out.alerts_topic, out.commit_topic], out.partitions,
-                      out.replication_factor,
-                      compacted=[out.state_topic, out.alerts_topic, out.commit_topic])
+                             out.alerts_topic], out.partitions, out.replication_factor,
+                      compacted=[out.state_topic, out.alerts_topic])
+        # One partition: the sink reads its commits in the order they were written.
+        ensure_topics(conf, [out.commit_topic], 1, out.replication_factor,
+                      compacted=[out.commit_topic])
 
     topics_setup()
     spark = spark or spark_session(settings, master)

@@ -75,7 +75,7 @@ def job_settings(broker, tmp_path, name: str, *extra: str):
         f"kafka.bootstrap_servers={broker.bootstrap}", f'input.topics=["{name}.in"]',
         f"output.changes_topic={name}.changes", f"output.state_topic={name}.state",
         f"output.dead_letter_topic={name}.dead", f"output.alerts_topic={name}.alerts",
-        f"output.commit_topic={name}.commits", f"stream.checkpoint_location={tmp_path}/ck",
+        f"output.commit_topic={name}.commits", "output.partitions=1", f"stream.checkpoint_location={tmp_path}/ck",
         f"stream.query_name={name}", "stream.trigger_interval=1 second",
         f"delivery.state_dir={tmp_path}/delivery", *extra])
 
@@ -171,8 +171,17 @@ def test_rules_and_config_pass_promtool_and_the_compose_file_validates():
     out = subprocess.run([compose, "-f", "docker-compose.yml", "config"], cwd=ROOT,
                          capture_output=True, text=True, env={**os.environ})
     assert out.returncode == 0, out.stderr
-    for service in ("kafka", "isr-monitor", "simulator", "prometheus", "alertmanager", "grafana"):
+    for service in ("kafka-1", "kafka-2", "kafka-3", "tap", "load", "isr-monitor", "simulator",
+                    "prometheus", "alertmanager", "grafana"):
         assert re.search(rf"^  {service}:$", out.stdout, re.M), service
+    # The brokers log requests at DEBUG to the volume the tap reads.
+    assert out.stdout.count("-Dlog4j.configuration=file:/etc/isr/kafka-log4j.properties") == 3
+    log4j = (ROOT / "conf/compose/kafka-log4j.properties").read_text()
+    assert "log4j.logger.kafka.request.logger=DEBUG, requestAppender" in log4j
+    tap = (ROOT / "conf/compose/tap.sh").read_text()
+    for source in ("tap request-log", "tap server-log", "tap metadata --poll"):
+        assert source in tap
+    assert subprocess.run(["sh", "-n", "conf/compose/tap.sh"], cwd=ROOT).returncode == 0
     # The monitor's compose configuration is valid for the monitor itself.
     check = subprocess.run(["isr", "check-config", "--config", "conf/compose/isr.toml"],
                            cwd=ROOT, capture_output=True, text=True,

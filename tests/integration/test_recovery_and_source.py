@@ -44,6 +44,7 @@ state_topic = "{name}.state"
 dead_letter_topic = "{name}.dead"
 alerts_topic = "{name}.alerts"
 commit_topic = "{name}.commits"
+partitions = 1
 [stream]
 checkpoint_location = "{tmp_path / name / 'checkpoint'}"
 query_name = "{name}"

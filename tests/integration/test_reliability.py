@@ -41,6 +41,7 @@ def settings_for(bootstrap, tmp_path, *extra, prefix=None, checkpoint="checkpoin
         f"output.dead_letter_topic={prefix}.dead",
         f"output.alerts_topic={prefix}.alerts",
         f"output.commit_topic={prefix}.commits",
+        "output.partitions=1",  # the tests read partition 0
         f"stream.checkpoint_location={tmp_path / checkpoint}",
         f"stream.query_name={prefix}",
         *extra])

@@ -80,7 +80,7 @@ def test_simulated_cluster_through_the_streaming_job_matches_replay(broker, spar
     overrides = [f"kafka.bootstrap_servers={broker.bootstrap}", f'input.topics=["{name}.in"]',
                  f"output.changes_topic={name}.changes", f"output.state_topic={name}.state",
                  f"output.dead_letter_topic={name}.dead", f"output.commit_topic={name}.commits",
-                 f"output.alerts_topic={name}.alerts",
+                 f"output.alerts_topic={name}.alerts", "output.partitions=1",
                  f"stream.checkpoint_location={tmp_path}/ck", f"stream.query_name={name}",
                  "monitor.policy=kafka,kip16", "input.max_offsets_per_trigger=1500"]
     settings = load_settings(None, overrides)

@@ -31,6 +31,7 @@ def settings_for(broker, tmp_path, *extra):
         f"output.dead_letter_topic={prefix}.dead",
         f"output.alerts_topic={prefix}.alerts",
         f"output.commit_topic={prefix}.commits",
+        "output.partitions=1",  # the tests read partition 0
         f"stream.checkpoint_location={tmp_path / 'checkpoint'}",
         f"stream.query_name={prefix}",
         *extra])

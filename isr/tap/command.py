@@ -1,0 +1,161 @@
+"""`isr tap request-log|metadata|server-log`: run a tap over its source and
+write the events to Kafka (keyed `topic/partition`, idempotent producer) or
+to JSON lines; a progress line on a terminal and a final count."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections import Counter
+from contextlib import nullcontext
+from typing import Callable, Iterable, Iterator, Optional
+
+import orjson
+from rich.console import Console
+
+from isr.config import ConfigError, Settings
+from isr.sim.output import message_key
+from isr.tap.lines import read_lines
+
+KAFKA_PREFIX = "kafka://"
+
+
+class Stopper:
+    """Ctrl-C / SIGTERM end a followed source after the line being read."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def __enter__(self):
+        self._previous = {s: signal.signal(s, self._stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _stop(self, *_):
+        self.stopped = True
+
+    def __exit__(self, *exc):
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    def __call__(self) -> bool:
+        return self.stopped
+
+
+def events_of(tap, lines: Iterable[str]) -> Iterator[dict]:
+    for line in lines:
+        yield from tap.feed(line)
+    yield from tap.finish()
+
+
+class Sink:
+    """JSON lines to a file / stdout, or Kafka."""
+
+    def __init__(self, to: str, settings_factory: Callable[[], Settings]) -> None:
+        self.to = to
+        self.written = 0
+        if to.startswith(KAFKA_PREFIX):
+            from isr import preflight
+            from isr.kafka.client import ensure_topics, producer
+
+            self.topic = to[len(KAFKA_PREFIX):]
+            if not self.topic:
+                raise ConfigError("--to kafka://TOPIC needs a topic name")
+            conf = preflight.kafka_reachable(settings_factory())
+            ensure_topics(conf, [self.topic])
+            self.producer = producer(conf)
+            self.file = None
+        else:
+            self.producer = None
+            self.file = open(to, "wb") if to != "-" else None
+
+    def write(self, ev: dict) -> None:
+        self.written += 1
+        data = orjson.dumps(ev)
+        if self.producer is not None:
+            from isr.kafka.client import send
+
+            send(self.producer, self.topic, data, message_key(ev))
+            if self.written % 1024 == 0:
+                self.producer.poll(0)
+        else:
+            (self.file or sys.stdout.buffer).write(data + b"\n")
+
+    def close(self) -> None:
+        if self.producer is not None:
+            remaining = self.producer.flush(30)
+            if remaining:
+                raise ConfigError(f"{remaining} events were not acknowledged by the broker in 30 s")
+        elif self.file is not None:
+            self.file.close()
+        else:
+            sys.stdout.buffer.flush()
+
+
+def run_tap(tap, source: str, follow: bool, to: str, settings_factory,
+            console: Console, quiet: bool) -> int:
+    """Feed `source` through `tap` into `to`; prints the count at the end."""
+    from isr import preflight
+
+    if source != "-" and not follow:
+        preflight.readable_inputs([source])
+    if not to.startswith(KAFKA_PREFIX):
+        preflight.writable_file(to, "--to")
+    sink = Sink(to, settings_factory)
+    show = not quiet and console.is_terminal
+    started = time.monotonic()
+    with Stopper() as stop, (console.status("") if show else nullcontext()) as status:
+        last = 0.0
+        for ev in events_of(tap, read_lines(source, follow, stop)):
+            sink.write(ev)
+            if status is not None and time.monotonic() - last > 0.5:
+                last = time.monotonic()
+                status.update(f"{tap.lines:,} lines read, {sink.written:,} events written")
+        sink.close()
+    if not quiet:
+        console.print(summary(tap.lines, sink.written, tap.skipped, time.monotonic() - started,
+                              to), highlight=False, soft_wrap=True)
+    return 0
+
+
+def summary(lines: int, written: int, skipped: Counter, seconds: float, to: str) -> str:
+    text = f"{lines:,} lines read, {written:,} events written to {to} in {seconds:.1f} s"
+    if skipped:
+        text += "; skipped: " + ", ".join(f"{n:,} {reason}" for reason, n in
+                                           sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
+    return text
+
+
+def poll_metadata(poller, bootstrap: str, interval_s: float, polls: Optional[int], to: str,
+                  settings_factory, console: Console, quiet: bool,
+                  clock: Callable[[], float] = time.time) -> int:
+    """Poll Metadata + DescribeCluster every `interval_s` (`polls` times, or
+    until stopped) and write what changed."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    sink = Sink(to, settings_factory)
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="isr-tap",
+                                 bootstrap_timeout_ms=10_000, request_timeout_ms=10_000)
+    except KafkaError as exc:
+        raise ConfigError(f"--poll {bootstrap}: {exc}") from None
+    done = 0
+    with Stopper() as stop:
+        while not stop() and (polls is None or done < polls):
+            if done:
+                time.sleep(interval_s)
+            ts = int(clock() * 1000)
+            try:
+                events = poller.diff(admin.describe_cluster(), admin.describe_topics(), ts)
+            except KafkaError as exc:  # a broker restart: try again at the next poll
+                print(f"isr: metadata poll failed: {exc}", file=sys.stderr)
+                events = []
+            for ev in events:
+                sink.write(ev)
+            done += 1
+    admin.close()
+    sink.close()
+    if not quiet:
+        console.print(f"{done} polls, {sink.written:,} events written to {to}", highlight=False)
+    return 0

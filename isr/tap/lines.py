@@ -1,0 +1,97 @@
+"""Reading log lines: follow a file like `tail -F` (rotation survived) or read
+it to its end, or read stdin; and split Kafka's log4j lines.
+
+Kafka's log4j layouts are `[%d] %p %m (%c)%n` for server.log and
+kafka-request.log (config/log4j.properties, docs/tap.md); `%d` is
+`yyyy-MM-dd HH:mm:ss,SSS` in the broker's time zone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable, Iterator, Optional
+from zoneinfo import ZoneInfo
+
+LOG4J = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] ([A-Z]+) (.*) \(([^()]*)\)$")
+
+
+@dataclass(frozen=True)
+class LogLine:
+    ts: int        # epoch ms of %d
+    level: str
+    message: str
+    logger: str
+
+
+class Log4j:
+    """Parses `[%d] %p %m (%c)` lines; the time zone is the broker's."""
+
+    def __init__(self, timezone: str = "UTC") -> None:
+        self.zone = ZoneInfo(timezone)
+        self._cached: tuple[str, int] = ("", 0)  # lines share their second
+
+    def parse(self, line: str) -> Optional[LogLine]:
+        m = LOG4J.match(line.rstrip("\r\n"))
+        if m is None:
+            return None
+        stamp = m.group(1)
+        second, millis = stamp[:19], int(stamp[20:])
+        if self._cached[0] != second:
+            dt = datetime.strptime(second, "%Y-%m-%d %H:%M:%S").replace(tzinfo=self.zone)
+            self._cached = (second, int(dt.timestamp()) * 1000)
+        return LogLine(self._cached[1] + millis, m.group(2), m.group(3), m.group(4))
+
+
+def read_lines(path: str, follow: bool, stop: Callable[[], bool] = lambda: False,
+               poll_s: float = 0.25) -> Iterator[str]:
+    """The lines of `path` (`-`: stdin). With `follow`, wait for more like
+    `tail -F`: a file replaced (rotation) or truncated is reopened from its
+    start, and a file not there yet is waited for."""
+    if path == "-":
+        yield from sys.stdin
+        return
+    if not follow:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            yield from f
+        return
+    yield from _follow(path, stop, poll_s)
+
+
+def _follow(path: str, stop: Callable[[], bool], poll_s: float) -> Iterator[str]:
+    f = None
+    identity = None
+    partial = ""
+    while not stop():
+        if f is None:
+            try:
+                f = open(path, encoding="utf-8", errors="replace")
+                identity = os.fstat(f.fileno()).st_ino
+            except FileNotFoundError:
+                time.sleep(poll_s)
+                continue
+        chunk = f.readline()
+        if chunk:
+            partial += chunk
+            if partial.endswith("\n"):
+                yield partial
+                partial = ""
+            continue
+        # At the end: rotated (another file under the name) or truncated?
+        try:
+            st = os.stat(path)
+            rotated = st.st_ino != identity
+            truncated = st.st_size < f.tell()
+        except FileNotFoundError:
+            rotated, truncated = False, False
+        if rotated or truncated:
+            f.close()
+            f, partial = None, ""
+            continue
+        time.sleep(poll_s)
+    if f is not None:
+        f.close()

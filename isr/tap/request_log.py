@@ -1,0 +1,262 @@
+"""Follower fetches from a broker's request log (docs/tap.md).
+
+With `kafka.request.logger=DEBUG` the broker writes, per request, one line
+`Completed request:{json}` (core/src/main/scala/kafka/network/RequestChannel.scala);
+the JSON is `RequestConvertToJson.requestDescMetrics`: `requestHeader`,
+`request` and `response` from the generated `*JsonConverter`s of
+FetchRequest.json / FetchResponse.json (camelCase field names; tagged fields
+only when not at their default; records as `recordsSizeInBytes`), and the
+request's timings. The broker writing the log leads the partitions its
+followers fetch.
+
+Per follower FETCH, every partition of its fetch session becomes a `fetch`
+event at the end of the leader's read (arrival + localTimeMs), with
+`received_ts` = arrival (line time - totalTimeMs + requestQueueTimeMs):
+- Incremental sessions (KIP-227): a follower lists only partitions whose
+  fetch state changed and the leader leaves unchanged ones out of its
+  response, so the session's partition set is kept and every FETCH counts for
+  all of them, at their cached fetchOffset.
+- The leader's LEO is not logged. A read that returned no records (or waited
+  in purgatory, which only happens when the first read found nothing) saw
+  LEO = fetchOffset. A read that returned records saw LEO = the follower's
+  next fetchOffset, known at its next request; when the read was size-capped
+  that is only a lower bound. `append` events follow the inferred LEO up.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import orjson
+
+from isr.tap.lines import Log4j
+
+PREFIX = "Completed request:"
+INITIAL_EPOCH, FINAL_EPOCH = 0, -1  # FetchMetadata: a full fetch (new / no session)
+
+
+def kafka_topic_id(value: str) -> str:
+    """Kafka prints a topic id as url-safe base64 without padding (Uuid.toString);
+    a client may give the dashed UUID form."""
+    if "-" in value and len(value) == 36:
+        return base64.urlsafe_b64encode(uuid.UUID(value).bytes).rstrip(b"=").decode()
+    return value
+
+
+@dataclass
+class Wanted:
+    """A partition as the follower last asked for it (the session's cache)."""
+    fetch_offset: int
+    leader_epoch: int
+    max_bytes: int
+    log_start_offset: Optional[int]
+
+
+@dataclass
+class Session:
+    replica: int
+    parts: dict[tuple[str, int], Wanted] = field(default_factory=dict)
+
+
+@dataclass
+class Pending:
+    """A read that returned records: its LEO is the follower's next fetchOffset."""
+    event: Optional[dict]  # the fetch to complete (None: the fetch went out already)
+    ts: int                # when the leader's LEO was seen
+    capped: bool
+
+
+class RequestLogTap:
+    """Lines of one broker's request log in, events out (`feed` / `finish`)."""
+
+    def __init__(self, broker: int, cluster: str = "default", timezone: str = "UTC",
+                 topic_names: Optional[Callable[[str], Optional[str]]] = None) -> None:
+        self.broker = broker
+        self.cluster = cluster
+        self.log4j = Log4j(timezone)
+        self.topic_names = topic_names or (lambda _id: None)
+        self.sessions: dict[int, Session] = {}
+        self.sessionless: dict[int, Session] = {}  # sessionEpoch -1: full every time
+        self.pending: dict[tuple[int, str, int], Pending] = {}
+        self.leo: dict[tuple[str, int], int] = {}  # highest LEO sent in an append
+        self.skipped: Counter = Counter()
+        self.lines = 0
+
+    # ------------------------------------------------------------ lines
+    def feed(self, line: str) -> list[dict]:
+        """The events one log line gives (often none); skips are counted."""
+        self.lines += 1
+        parsed = self.log4j.parse(line)
+        if parsed is None:
+            return self._skip("not a log4j line")
+        if not parsed.message.startswith(PREFIX):
+            return self._skip("not a completed request")
+        try:
+            desc = orjson.loads(parsed.message[len(PREFIX):])
+            header = desc["requestHeader"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return self._skip("truncated or unreadable JSON")
+        if header.get("requestApiKeyName") != "FETCH" and header.get("requestApiKey") != 1:
+            return self._skip("not a FETCH")
+        try:
+            return self._fetch(parsed.ts, int(header.get("requestApiVersion", -1)), desc)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return self._skip("FETCH with fields this tap does not know")
+
+    def finish(self) -> list[dict]:
+        """End of input: reads whose next fetchOffset never came get the
+        lower bound fetchOffset + 1 (at least one record was returned)."""
+        out: list[dict] = []
+        for key in list(self.pending):
+            self._resolve(key, None, out)
+        return out
+
+    def _skip(self, reason: str) -> list[dict]:
+        self.skipped[reason] += 1
+        return []
+
+    # ------------------------------------------------------------ one FETCH
+    def _fetch(self, line_ts: int, version: int, desc: dict) -> list[dict]:
+        request, response = desc["request"], desc["response"]
+        if "replicaState" in request:  # v15+ (KIP-903), tagged: absent for consumers
+            replica = request["replicaState"].get("replicaId", -1)
+            broker_epoch = request["replicaState"].get("replicaEpoch", -1)
+        else:
+            replica, broker_epoch = request.get("replicaId", -1), -1
+        if replica < 0:
+            return self._skip("consumer FETCH")
+        if not isinstance(response, dict):
+            return self._skip("FETCH without its response")
+        if response.get("errorCode", 0) != 0:
+            return self._skip(f"FETCH error {response['errorCode']}")
+        out: list[dict] = []
+        session = self._session(replica, request, response, out)
+        arrival = line_ts - desc["totalTimeMs"] + desc["requestQueueTimeMs"]
+        received = int(round(arrival))
+        read_ts = max(received, int(round(arrival + desc["localTimeMs"])))
+        served = self._served(response)
+        total = sum(size for _hw, size, _err in served.values())
+        for tp, wanted in session.parts.items():
+            self._resolve((replica, *tp), wanted.fetch_offset, out)
+            got = served.get(tp)
+            if got is not None and got[2]:
+                self.skipped[f"partition error {got[2]}"] += 1
+                continue
+            if wanted.leader_epoch < 0:
+                self.skipped["partition without currentLeaderEpoch (FetchRequest < v9)"] += 1
+                continue
+            ev = {"v": 1, "type": "fetch", "cluster": self.cluster, "ts": read_ts,
+                  "topic": tp[0], "partition": tp[1], "leader": self.broker,
+                  "leader_epoch": wanted.leader_epoch, "replica": replica,
+                  "fetch_offset": wanted.fetch_offset, "received_ts": received}
+            if wanted.log_start_offset is not None and wanted.log_start_offset >= 0:
+                ev["log_start_offset"] = wanted.log_start_offset
+            if broker_epoch >= 0:
+                ev["broker_epoch"] = broker_epoch
+            size = 0 if got is None else got[1]
+            waited = desc.get("remoteTimeMs", 0) > 0
+            capped = size >= wanted.max_bytes or total >= request.get("maxBytes", 2**31 - 1)
+            if size == 0 or waited:
+                # Nothing to read at the (first) read: caught up, LEO exact.
+                ev["leader_leo"] = wanted.fetch_offset
+                self._append(tp, ev, wanted.fetch_offset, read_ts, out)
+                out.append(ev)
+                if size:  # records came while it waited: LEO rose by its end
+                    self.pending[(replica, *tp)] = Pending(None, int(round(line_ts)), capped)
+            else:
+                self.pending[(replica, *tp)] = Pending(ev, read_ts, capped)
+        return out
+
+    def _session(self, replica: int, request: dict, response: dict, out: list) -> Session:
+        """The fetch session after this request (KIP-227, FetchSession.scala);
+        reads of partitions it forgets are settled into `out`."""
+        epoch = request.get("sessionEpoch", FINAL_EPOCH)
+        sid = request.get("sessionId", 0)
+        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch: the list is all
+            self.sessions.pop(sid, None)
+            session = Session(replica)
+            new_id = response.get("sessionId", 0)
+            if epoch == INITIAL_EPOCH and new_id:
+                self.sessions[new_id] = session
+        else:
+            session = self.sessions.get(sid)
+            if session is None:  # the tap started inside it: learn as it goes
+                self.skipped["incremental FETCH of a session begun before the tap"] += 1
+                session = self.sessions[sid] = Session(replica)
+        for topic in request.get("forgottenTopicsData", ()):
+            name = self._name(topic)
+            for p in topic["partitions"]:
+                session.parts.pop((name, p), None)
+                self._resolve((replica, name, p), None, out)
+        for topic in request.get("topics", ()):
+            name = self._name(topic)
+            if name is None:
+                self.skipped["partitions of an unknown topic id"] += len(topic["partitions"])
+                continue
+            for p in topic["partitions"]:
+                session.parts[(name, p["partition"])] = Wanted(
+                    p["fetchOffset"], p.get("currentLeaderEpoch", -1),
+                    p.get("partitionMaxBytes", 2**31 - 1), p.get("logStartOffset"))
+        return session
+
+    def _name(self, topic: dict) -> Optional[str]:
+        if "topic" in topic:  # v0-12
+            return topic["topic"]
+        return self.topic_names(topic["topicId"])
+
+    def _served(self, response: dict) -> dict[tuple[str, int], tuple[int, int, int]]:
+        """(topic, partition) -> (highWatermark, records size, errorCode)."""
+        served = {}
+        for topic in response.get("responses", ()):
+            name = self._name(topic)
+            for p in topic["partitions"]:
+                size = p.get("recordsSizeInBytes", 0) or 0
+                served[(name, p["partitionIndex"])] = (p["highWatermark"], size,
+                                                       p.get("errorCode", 0))
+        return served
+
+    # ------------------------------------------------------------ the leader's LEO
+    def _resolve(self, key: tuple[int, str, int], next_offset: Optional[int],
+                 out: list) -> None:
+        pending = self.pending.pop(key, None)
+        if pending is None:
+            return
+        ev = pending.event
+        base = ev["fetch_offset"] if ev is not None else -1
+        if next_offset is None or next_offset <= base:  # never came, or truncated
+            self.skipped["reads whose LEO is only a lower bound"] += 1
+            if ev is None:
+                return
+            leo = base + 1
+        else:
+            leo = next_offset
+            if pending.capped:
+                self.skipped["reads whose LEO is only a lower bound"] += 1
+        tp = key[1:]
+        if ev is not None:
+            ev["leader_leo"] = leo
+            self._append(tp, ev, leo, pending.ts, out)
+            out.append(ev)
+        else:
+            template = {"leader_epoch": self._epoch_of(key), "topic": tp[0], "partition": tp[1]}
+            self._append(tp, template, leo, pending.ts, out)
+
+    def _epoch_of(self, key: tuple[int, str, int]) -> int:
+        for session in self.sessions.values():
+            wanted = session.parts.get(key[1:])
+            if session.replica == key[0] and wanted is not None:
+                return wanted.leader_epoch
+        return -1
+
+    def _append(self, tp: tuple[str, int], like: dict, leo: int, ts: int, out: list) -> None:
+        if leo <= self.leo.get(tp, -1) or like["leader_epoch"] < 0:
+            return
+        self.leo[tp] = leo
+        out.append({"v": 1, "type": "append", "cluster": self.cluster, "ts": ts,
+                    "topic": tp[0], "partition": tp[1], "leader": self.broker,
+                    "leader_epoch": like["leader_epoch"], "leader_leo": leo})
+

@@ -1,0 +1,262 @@
+"""Kafka's own log formats, written as the broker writes them (docs/tap.md
+cites the sources at apache/kafka 1eb7644349cb07139d6a3c1ad1986979647cac99):
+
+- request log: `[%d] %p %m (%c)` (config/log4j.properties) with
+  `Completed request:` + RequestConvertToJson.requestDescMetrics; the request
+  and response objects follow FetchRequest.json / FetchResponse.json field by
+  field, in schema order, camelCase (JsonConverterGenerator), tagged fields
+  only when not at their default, records as `recordsSizeInBytes`;
+- server.log: kafka.cluster.Partition's lines by version;
+- metadata dump: DumpLogSegments' record lines with ClusterMetadataLogMessageParser
+  payloads.
+
+`follower_outage` simulates one partition's leader and two followers with
+Kafka's rules (long polls, purgatory, ISR checks every lag/2) and returns the
+leader's request log and server.log for it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+TOPIC_ID = "kgnYg1PfR4-BTKr7X8eaDw"  # Uuid.toString: url-safe base64, no padding
+REPLICA_MAX_BYTES = 1048576          # replica.fetch.max.bytes
+RESPONSE_MAX_BYTES = 10485760        # replica.fetch.response.max.bytes
+
+
+def stamp(ms: int) -> str:
+    """log4j's %d (yyyy-MM-dd HH:mm:ss,SSS), broker in UTC."""
+    dt = datetime.fromtimestamp(ms // 1000, timezone.utc)
+    return dt.strftime("%Y-%m-%d %H:%M:%S") + f",{ms % 1000:03d}"
+
+
+def log4j(ms: int, level: str, message: str, logger: str) -> str:
+    return f"[{stamp(ms)}] {level} {message} ({logger})\n"
+
+
+def _topic_key(version: int, topic: str) -> dict:
+    return {"topicId": TOPIC_ID} if version >= 13 else {"topic": topic}
+
+
+def fetch_request(version: int, replica: int, broker_epoch: int, session_id: int,
+                  session_epoch: int, parts: list[dict], topic: str = "orders",
+                  forgotten: tuple = ()) -> dict:
+    """FetchRequest.json fields in order; `parts`: partition, currentLeaderEpoch,
+    fetchOffset, lastFetchedEpoch, logStartOffset."""
+    req: dict = {}
+    if version <= 14:
+        req["replicaId"] = replica
+    else:
+        req["replicaState"] = {"replicaId": replica, "replicaEpoch": broker_epoch}
+    req.update({"maxWaitMs": 500, "minBytes": 1, "maxBytes": RESPONSE_MAX_BYTES,
+                "isolationLevel": 0, "sessionId": session_id, "sessionEpoch": session_epoch})
+    req["topics"] = [{**_topic_key(version, topic), "partitions": [
+        {"partition": p["partition"], "currentLeaderEpoch": p["currentLeaderEpoch"],
+         "fetchOffset": p["fetchOffset"], "lastFetchedEpoch": p["lastFetchedEpoch"],
+         "logStartOffset": p["logStartOffset"], "partitionMaxBytes": REPLICA_MAX_BYTES}
+        for p in parts]}] if parts else []
+    req["forgottenTopicsData"] = [{**_topic_key(version, topic), "partitions": list(forgotten)}] \
+        if forgotten else []
+    req["rackId"] = ""
+    return req
+
+
+def fetch_response(version: int, session_id: int, parts: list[dict], topic: str = "orders",
+                   error: int = 0) -> dict:
+    """FetchResponse.json in order; `parts`: partitionIndex, highWatermark, size."""
+    return {"throttleTimeMs": 0, "errorCode": error, "sessionId": session_id,
+            "responses": [{**_topic_key(version, topic), "partitions": [
+                {"partitionIndex": p["partitionIndex"], "errorCode": p.get("errorCode", 0),
+                 "highWatermark": p["highWatermark"], "lastStableOffset": p["highWatermark"],
+                 "logStartOffset": 0, "abortedTransactions": None, "preferredReadReplica": -1,
+                 "recordsSizeInBytes": p["size"]} for p in parts]}] if parts else []}
+
+
+def completed(end_ms: int, version: int, request: dict, response: dict, replica: int,
+              total: float, queue: float, local: float, remote: float,
+              api: str = "FETCH", key: int = 1) -> str:
+    """One request-log line, as RequestChannel writes it at the end of a request."""
+    desc = {"isForwarded": False,
+            "requestHeader": {"requestApiKey": key, "requestApiVersion": version,
+                              "correlationId": 4711, "clientId": f"broker-{replica}-fetcher-0",
+                              "requestApiKeyName": api},
+            "request": request, "response": response,
+            "connection": f"10.0.0.1:9092-10.0.0.{replica}:40000-3",
+            "totalTimeMs": total, "requestQueueTimeMs": queue, "localTimeMs": local,
+            "remoteTimeMs": remote, "throttleTimeMs": 0,
+            "responseQueueTimeMs": round(max(total - queue - local - remote, 0) / 2, 3),
+            "sendTimeMs": round(max(total - queue - local - remote, 0) / 2, 3),
+            "securityProtocol": "PLAINTEXT", "principal": "User:ANONYMOUS",
+            "listener": "REPLICATION", "clientInformation": {"softwareName": "unknown",
+                                                            "softwareVersion": "unknown"}}
+    return log4j(end_ms, "DEBUG", "Completed request:" + json.dumps(desc, separators=(",", ":")),
+                 "kafka.request.logger")
+
+
+# ------------------------------------------------------------ server.log
+def partition_line(ms: int, topic: str, partition: int, broker: int, text: str) -> str:
+    return log4j(ms, "INFO", f"[Partition {topic}-{partition} broker={broker}] {text}",
+                 "kafka.cluster.Partition")
+
+
+def shrinking(isr: list[int], new: list[int], hw: int, leo: int, out: dict[int, tuple]) -> str:
+    replicas = " ".join(f"(brokerId: {b}, endOffset: {e}, lastCaughtUpTimeMs: {t})"
+                        for b, (e, t) in out.items())
+    return (f"Shrinking ISR from {','.join(map(str, isr))} to {','.join(map(str, new))}. "
+            f"Leader: (highWatermark: {hw}, endOffset: {leo}). Out of sync replicas: {replicas}.")
+
+
+def isr_updated(version: str, isr: list[int], epoch: int, under_min: bool = False) -> str:
+    ids = ",".join(map(str, isr))
+    if version == "2.7":
+        return f"ISR updated to [{ids}] and zkVersion updated to [{epoch}]"
+    if version == "2.8":
+        return f"ISR updated to {ids} and version updated to [{epoch}]"
+    return f"ISR updated to {ids} {'(under-min-isr)' if under_min else ''} and version updated to {epoch}"
+
+
+# ------------------------------------------------------------ metadata dump
+def dump_record(offset: int, ms: int, kind: str, version: int, data: dict) -> str:
+    payload = json.dumps({"type": kind, "version": version, "data": data}, separators=(",", ":"))
+    return (f"| offset: {offset} CreateTime: {ms} keySize: -1 valueSize: {len(payload) // 2} "
+            f"sequence: -1 headerKeys: [] payload: {payload}\n")
+
+
+# ------------------------------------------------------------ a follower outage
+@dataclass
+class Follower:
+    id: int
+    leo: int = 0                 # = the fetchOffset it sends
+    known_leo: int = 0           # its LEO as the leader knows it (last fetchOffset read)
+    next_at: int = 0             # its next request arrives then
+    last_caught_up: int = 0
+    last_fetch_leo: int = 0      # the leader's LEO at its previous fetch
+    last_fetch_ts: int = 0
+    waiting_since: int = -1      # in purgatory since (its request's arrival)
+    session_epoch: int = 0
+    sent_offset: int = -1        # the fetchOffset its session last carried
+
+
+@dataclass
+class Outage:
+    request_log: list[str] = field(default_factory=list)
+    server_log: list[str] = field(default_factory=list)
+    shrinks: list[int] = field(default_factory=list)   # ts of the leader's decisions
+    expands: list[int] = field(default_factory=list)
+
+
+def follower_outage(t0: int, version: int = 15, seconds: int = 90, stop_ms=(10_000, 50_000),
+                    lag_ms: int = 30_000, server_version: str = "3.x") -> Outage:
+    """Leader 1 of orders-0 (leader epoch 4) with followers 2 and 3; 10 records
+    of 100 bytes appended every 200 ms; follower 3 sends no fetch from
+    stop_ms[0] to stop_ms[1]. Kafka 3.x's rules: the fetch state is updated at
+    the first read (Partition.updateFollowerFetchState, lastCaughtUpTime),
+    an empty read waits in purgatory up to maxWaitMs, the ISR is checked
+    every lag/2 from t0 and expanded on a fetch at or above the HW."""
+    out = Outage()
+    state = {"leo": 0, "hw": 0, "isr": [1, 2, 3], "part_epoch": 10}
+    followers = {r: Follower(r, next_at=t0 + 7 * r) for r in (2, 3)}
+    for t in range(t0, t0 + seconds * 1000):
+        if (t - t0) % 200 == 0 and t > t0:
+            state["leo"] += 10
+        if t % (lag_ms // 2) == 0 and t > t0:  # a broker started at a multiple of lag/2
+            _maybe_shrink(out, state, followers, t, lag_ms, server_version)
+        for f in followers.values():
+            if t < f.next_at:
+                continue
+            if f.waiting_since < 0:  # a request arrives; the leader reads at once
+                if f.id == 3 and stop_ms[0] <= t - t0 < stop_ms[1]:
+                    continue  # stopped: no new request (one in purgatory still ends)
+                _update_fetch_state(out, state, followers, f, t, server_version)
+                if f.leo >= state["leo"]:
+                    f.waiting_since = t  # nothing to read: purgatory (long poll)
+                else:
+                    _serve(out, version, f, 1000 + f.id, t, t, state, 0.0)
+            elif state["leo"] > f.leo or t - f.waiting_since >= 500:
+                _serve(out, version, f, 1000 + f.id, f.waiting_since, t, state,
+                       float(t - f.waiting_since))
+    return out
+
+
+def _update_fetch_state(out, state, followers, f, t, server_version) -> None:
+    leo = state["leo"]
+    if f.leo >= leo:
+        f.last_caught_up = t
+    elif f.leo >= f.last_fetch_leo:
+        f.last_caught_up = max(f.last_caught_up, f.last_fetch_ts)
+    f.last_fetch_leo, f.last_fetch_ts, f.known_leo = leo, t, f.leo
+    isr = state["isr"]
+    if f.id not in isr and f.known_leo >= state["hw"]:  # maybeExpandIsr
+        state["isr"] = isr = sorted(isr + [f.id])
+        state["part_epoch"] += 1
+        out.server_log.append(partition_line(t + 4, "orders", 0, 1, isr_updated(
+            server_version, isr, state["part_epoch"])))
+        out.expands.append(t)
+    state["hw"] = max(state["hw"], min([leo] + [followers[r].known_leo for r in isr if r != 1]))
+
+
+def _maybe_shrink(out, state, followers, t, lag_ms, server_version) -> None:
+    isr = state["isr"]
+    late = [r for r in isr if r != 1 and t - followers[r].last_caught_up > lag_ms]
+    if not late:
+        return
+    new = [r for r in isr if r not in late]
+    out.server_log.append(partition_line(t, "orders", 0, 1, shrinking(
+        isr, new, state["hw"], state["leo"],
+        {r: (followers[r].known_leo, followers[r].last_caught_up) for r in late})))
+    state["part_epoch"] += 1
+    out.server_log.append(partition_line(t + 4, "orders", 0, 1, isr_updated(
+        server_version, new, state["part_epoch"], under_min=False)))
+    out.shrinks.append(t)
+    state["isr"] = new
+
+
+def _serve(out: Outage, version: int, f: Follower, session_id: int, arrived: int, done: int,
+           state: dict, remote: float) -> None:
+    """Answer f's fetch (arrived, read at `done`) and log it: an incremental
+    session lists the partition only when its fetchOffset changed, and the
+    response only when it carries records (or on the full first fetch)."""
+    leo, hw = state["leo"], state["hw"]
+    full = f.session_epoch == 0
+    wanted = [{"partition": 0, "currentLeaderEpoch": 4, "fetchOffset": f.leo,
+               "lastFetchedEpoch": 4, "logStartOffset": 0}]
+    changed = full or f.sent_offset != f.leo
+    request = fetch_request(version, f.id, 100 + f.id, 0 if full else session_id,
+                            f.session_epoch, wanted if changed else [])
+    size = (leo - f.leo) * 100
+    shown = [{"partitionIndex": 0, "highWatermark": hw, "size": size}] if (full or size) else []
+    end = done + 1  # the response is sent 1 ms after the read
+    out.request_log.append(completed(end, version, request, fetch_response(version, session_id,
+                                                                            shown),
+                                     f.id, float(end - arrived), 0.05, 0.25, remote))
+    f.sent_offset = f.leo
+    f.session_epoch += 1
+    f.leo = leo
+    f.waiting_since = -1
+    f.next_at = end + 1
+
+
+def cluster_dump(t0: int, leader_epoch: int = 4) -> list[str]:
+    """The metadata records of a 3-broker cluster with orders-0 led by 1 at
+    `leader_epoch` (a PartitionRecord starts at epoch 0: the changes that
+    follow bring it there), written before t0."""
+    lines = [dump_record(0, t0 - 5000, "TOPIC_RECORD", 0, {"name": "orders", "topicId": TOPIC_ID})]
+    for b in (1, 2, 3):
+        lines.append(dump_record(b, t0 - 4000 + b, "REGISTER_BROKER_RECORD", 3, {
+            "brokerId": b, "isMigratingZkBroker": False, "incarnationId": "Kq2rZzJtQ2mDqXlHn0bC1w",
+            "brokerEpoch": 100 + b, "endPoints": [{"name": "PLAINTEXT", "host": f"kafka-{b}",
+                                                   "port": 9092, "securityProtocol": 0}],
+            "features": [], "rack": None, "fenced": True, "inControlledShutdown": False,
+            "logDirs": ["6Tv1xj7YRwqFc1pC8Yk5mA"]}))
+        lines.append(dump_record(3 + b, t0 - 3500 + b, "BROKER_REGISTRATION_CHANGE_RECORD", 0,
+                                 {"brokerId": b, "brokerEpoch": 100 + b, "fenced": -1}))
+    lines.append(dump_record(7, t0 - 3000, "PARTITION_RECORD", 1, {
+        "partitionId": 0, "topicId": TOPIC_ID, "replicas": [1, 2, 3], "isr": [1, 2, 3],
+        "removingReplicas": [], "addingReplicas": [], "leader": 1, "leaderEpoch": 0,
+        "partitionEpoch": 0, "directories": ["6Tv1xj7YRwqFc1pC8Yk5mA"] * 3}))
+    for k in range(leader_epoch):  # preferred-leader moves away and back
+        lines.append(dump_record(8 + k, t0 - 2000 + k, "PARTITION_CHANGE_RECORD", 0, {
+            "partitionId": 0, "topicId": TOPIC_ID, "leader": 2 if k % 2 == 0 else 1}))
+    return lines
