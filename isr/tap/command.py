@@ -114,15 +114,18 @@ def run_tap(tap, source: str, follow: bool, to: str, settings_factory,
         sink.close()
     if not quiet:
         console.print(summary(tap.lines, sink.written, tap.skipped, time.monotonic() - started,
-                              to), highlight=False, soft_wrap=True)
+                              to, tap.approximate), highlight=False, soft_wrap=True)
     return 0
 
 
-def summary(lines: int, written: int, skipped: Counter, seconds: float, to: str) -> str:
+def summary(lines: int, written: int, skipped: Counter, seconds: float, to: str,
+            approximate: Counter = Counter()) -> str:
     text = f"{lines:,} lines read, {written:,} events written to {to} in {seconds:.1f} s"
-    if skipped:
-        text += "; skipped: " + ", ".join(f"{n:,} {reason}" for reason, n in
-                                           sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
+    for title, counts in (("skipped", skipped), ("approximate", approximate)):
+        if counts:
+            text += f"; {title}: " + ", ".join(
+                f"{n:,} {reason}" for reason, n in sorted(counts.items(),
+                                                          key=lambda kv: (-kv[1], kv[0])))
     return text
 
 

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Iterator, Optional
@@ -45,6 +46,48 @@ class Log4j:
             dt = datetime.strptime(second, "%Y-%m-%d %H:%M:%S").replace(tzinfo=self.zone)
             self._cached = (second, int(dt.timestamp()) * 1000)
         return LogLine(self._cached[1] + millis, m.group(2), m.group(3), m.group(4))
+
+
+class LineTap:
+    """A tap: `feed(line)` gives the line's events (often none), `finish()`
+    those of the end of input. Counted: `lines` read, `skipped` lines or parts
+    by reason, and `approximate`: what was written from incomplete knowledge."""
+
+    def __init__(self) -> None:
+        self.skipped: Counter = Counter()
+        self.approximate: Counter = Counter()
+        self.lines = 0
+
+    def feed(self, line: str) -> list[dict]:
+        self.lines += 1
+        return self.read(line)
+
+    def read(self, line: str) -> list[dict]:
+        raise NotImplementedError
+
+    def skip(self, reason: str, count: int = 1) -> list[dict]:
+        self.skipped[reason] += count
+        return []
+
+    def finish(self) -> list[dict]:
+        return []
+
+
+class Log4jTap(LineTap):
+    """A tap of a Kafka log4j file: each `[%d] %p %m (%c)` line to `entry`."""
+
+    def __init__(self, timezone: str = "UTC") -> None:
+        super().__init__()
+        self.log4j = Log4j(timezone)
+
+    def read(self, line: str) -> list[dict]:
+        parsed = self.log4j.parse(line)
+        if parsed is None:
+            return self.skip("not a log4j line")
+        return self.entry(parsed)
+
+    def entry(self, line: LogLine) -> list[dict]:
+        raise NotImplementedError
 
 
 def read_lines(path: str, follow: bool, stop: Callable[[], bool] = lambda: False,

@@ -16,11 +16,12 @@ replicas, ISR) and DescribeCluster (brokers, fenced) snapshots.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
 import orjson
+
+from isr.tap.lines import LineTap
 
 RECORD = re.compile(r"^\|?\s*offset: (\d+) CreateTime: (-?\d+) .*? payload: (\{.*\})\s*$")
 NO_LEADER_CHANGE, NO_LEADER = -2, -1
@@ -66,40 +67,32 @@ class MetadataEvents:
                 "broker": broker, "broker_epoch": max(epoch, 0), "state": state}
 
 
-class MetadataLogTap:
+class MetadataLogTap(LineTap):
     """Lines of `kafka-dump-log --cluster-metadata-decoder` in, events out."""
 
     def __init__(self, cluster: str = "default") -> None:
+        super().__init__()
         self.events = MetadataEvents(cluster)
         self.topics: dict[str, str] = {}  # topic id -> name
         self.partitions: dict[tuple[str, int], Registration] = {}
         self.broker_epochs: dict[int, int] = {}
-        self.skipped: Counter = Counter()
-        self.lines = 0
 
     def topic_name(self, topic_id: str) -> Optional[str]:
         return self.topics.get(topic_id)
 
-    def feed(self, line: str) -> list[dict]:
-        self.lines += 1
+    def read(self, line: str) -> list[dict]:
         m = RECORD.match(line.strip())
         if m is None:
-            self.skipped["not a metadata record line"] += 1
-            return []
+            return self.skip("not a metadata record line")
         try:
             record = orjson.loads(m.group(3))
             kind, data = record["type"], record["data"]
             handler = HANDLERS.get(kind)
             if handler is None:
-                self.skipped[f"{kind} (not about partitions or brokers)"] += 1
-                return []
+                return self.skip(f"{kind} (not about partitions or brokers)")
             return handler(self, data, int(m.group(2)))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            self.skipped["unreadable record payload"] += 1
-            return []
-
-    def finish(self) -> list[dict]:
-        return []
+            return self.skip("unreadable record payload")
 
     # ------------------------------------------------------------ records
     def _topic(self, data: dict, ts: int) -> list[dict]:
@@ -115,8 +108,7 @@ class MetadataLogTap:
     def _partition(self, data: dict, ts: int) -> list[dict]:
         name = self.topics.get(data["topicId"])
         if name is None:
-            self.skipped["partition of an unknown topic id"] += 1
-            return []
+            return self.skip("partition of an unknown topic id")
         reg = Registration(name, data["partitionId"], list(data["replicas"]), list(data["isr"]),
                            data.get("leader", NO_LEADER), data.get("leaderEpoch", -1),
                            data.get("partitionEpoch", -1))
@@ -127,8 +119,7 @@ class MetadataLogTap:
         name = self.topics.get(data["topicId"])
         reg = self.partitions.get((name, data["partitionId"])) if name else None
         if reg is None:
-            self.skipped["change of a partition the dump did not create"] += 1
-            return []
+            return self.skip("change of a partition the dump did not create")
         leader = data.get("leader", NO_LEADER_CHANGE)
         leader_changed = leader != NO_LEADER_CHANGE
         if leader_changed:

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import orjson
 
-from isr.tap.lines import Log4j
+from isr.tap.lines import Log4jTap, LogLine
 
 PREFIX = "Completed request:"
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1  # FetchMetadata: a full fetch (new / no session)
@@ -70,42 +69,34 @@ class Pending:
     capped: bool
 
 
-class RequestLogTap:
+class RequestLogTap(Log4jTap):
     """Lines of one broker's request log in, events out (`feed` / `finish`)."""
 
     def __init__(self, broker: int, cluster: str = "default", timezone: str = "UTC",
                  topic_names: Optional[Callable[[str], Optional[str]]] = None) -> None:
+        super().__init__(timezone)
         self.broker = broker
         self.cluster = cluster
-        self.log4j = Log4j(timezone)
         self.topic_names = topic_names or (lambda _id: None)
         self.sessions: dict[int, Session] = {}
-        self.sessionless: dict[int, Session] = {}  # sessionEpoch -1: full every time
         self.pending: dict[tuple[int, str, int], Pending] = {}
         self.leo: dict[tuple[str, int], int] = {}  # highest LEO sent in an append
-        self.skipped: Counter = Counter()
-        self.lines = 0
 
     # ------------------------------------------------------------ lines
-    def feed(self, line: str) -> list[dict]:
-        """The events one log line gives (often none); skips are counted."""
-        self.lines += 1
-        parsed = self.log4j.parse(line)
-        if parsed is None:
-            return self._skip("not a log4j line")
+    def entry(self, parsed: LogLine) -> list[dict]:
         if not parsed.message.startswith(PREFIX):
-            return self._skip("not a completed request")
+            return self.skip("not a completed request")
         try:
             desc = orjson.loads(parsed.message[len(PREFIX):])
             header = desc["requestHeader"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            return self._skip("truncated or unreadable JSON")
+            return self.skip("truncated or unreadable JSON")
         if header.get("requestApiKeyName") != "FETCH" and header.get("requestApiKey") != 1:
-            return self._skip("not a FETCH")
+            return self.skip("not a FETCH")
         try:
             return self._fetch(parsed.ts, int(header.get("requestApiVersion", -1)), desc)
         except (KeyError, TypeError, ValueError, AttributeError):
-            return self._skip("FETCH with fields this tap does not know")
+            return self.skip("FETCH with fields this tap does not know")
 
     def finish(self) -> list[dict]:
         """End of input: reads whose next fetchOffset never came get the
@@ -114,10 +105,6 @@ class RequestLogTap:
         for key in list(self.pending):
             self._resolve(key, None, out)
         return out
-
-    def _skip(self, reason: str) -> list[dict]:
-        self.skipped[reason] += 1
-        return []
 
     # ------------------------------------------------------------ one FETCH
     def _fetch(self, line_ts: int, version: int, desc: dict) -> list[dict]:
@@ -128,11 +115,11 @@ class RequestLogTap:
         else:
             replica, broker_epoch = request.get("replicaId", -1), -1
         if replica < 0:
-            return self._skip("consumer FETCH")
+            return self.skip("consumer FETCH")
         if not isinstance(response, dict):
-            return self._skip("FETCH without its response")
+            return self.skip("FETCH without its response")
         if response.get("errorCode", 0) != 0:
-            return self._skip(f"FETCH error {response['errorCode']}")
+            return self.skip(f"FETCH error {response['errorCode']}")
         out: list[dict] = []
         session = self._session(replica, request, response, out)
         arrival = line_ts - desc["totalTimeMs"] + desc["requestQueueTimeMs"]
@@ -185,7 +172,7 @@ class RequestLogTap:
         else:
             session = self.sessions.get(sid)
             if session is None:  # the tap started inside it: learn as it goes
-                self.skipped["incremental FETCH of a session begun before the tap"] += 1
+                self.approximate["incremental FETCH of a session begun before the tap"] += 1
                 session = self.sessions[sid] = Session(replica)
         for topic in request.get("forgottenTopicsData", ()):
             name = self._name(topic)
@@ -228,14 +215,14 @@ class RequestLogTap:
         ev = pending.event
         base = ev["fetch_offset"] if ev is not None else -1
         if next_offset is None or next_offset <= base:  # never came, or truncated
-            self.skipped["reads whose LEO is only a lower bound"] += 1
+            self.approximate["reads whose LEO is only a lower bound"] += 1
             if ev is None:
                 return
             leo = base + 1
         else:
             leo = next_offset
             if pending.capped:
-                self.skipped["reads whose LEO is only a lower bound"] += 1
+                self.approximate["reads whose LEO is only a lower bound"] += 1
         tp = key[1:]
         if ev is not None:
             ev["leader_leo"] = leo

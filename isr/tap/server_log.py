@@ -19,10 +19,9 @@ contract ignores) so `isr verify` can show the cluster's own numbers.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from typing import Optional
 
-from isr.tap.lines import Log4j
+from isr.tap.lines import Log4jTap, LogLine
 
 PARTITION = re.compile(r"^\[Partition (.+)-(\d+) broker=(\d+)\] (.*)$")
 UPDATED = re.compile(r"^ISR updated (?:from AlterIsr )?to \[?([\d,]*)\]?\s*(?:\(under-min-isr\))?\s*"
@@ -34,34 +33,25 @@ def ids(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-class ServerLogTap:
+class ServerLogTap(Log4jTap):
     """server.log lines in, `isr` events out."""
 
     def __init__(self, cluster: str = "default", timezone: str = "UTC") -> None:
+        super().__init__(timezone)
         self.cluster = cluster
-        self.log4j = Log4j(timezone)
         self.proposals: dict[tuple[str, int], str] = {}
-        self.skipped: Counter = Counter()
-        self.lines = 0
 
-    def feed(self, line: str) -> list[dict]:
-        self.lines += 1
-        parsed = self.log4j.parse(line)
-        if parsed is None:
-            self.skipped["not a log4j line"] += 1
-            return []
+    def entry(self, parsed: LogLine) -> list[dict]:
         m = PARTITION.match(parsed.message)
         if m is None:
-            self.skipped["not a partition line"] += 1
-            return []
+            return self.skip("not a partition line")
         topic, partition, broker, text = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
         if PROPOSED.match(text):
             self.proposals[(topic, partition)] = text
             return []
         updated = UPDATED.match(text)
         if updated is None:
-            self.skipped["a partition line about something else"] += 1
-            return []
+            return self.skip("a partition line about something else")
         ev = {"v": 1, "type": "isr", "cluster": self.cluster, "ts": parsed.ts,
               "topic": topic, "partition": partition, "leader": broker,
               # server.log does not say the leader epoch; isr events are only
@@ -72,9 +62,6 @@ class ServerLogTap:
         if proposal is not None:
             ev["kafka_log"] = proposal
         return [ev]
-
-    def finish(self) -> list[dict]:
-        return []
 
 
 def proposal_numbers(text: Optional[str]) -> dict:

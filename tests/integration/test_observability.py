@@ -182,6 +182,14 @@ def test_rules_and_config_pass_promtool_and_the_compose_file_validates():
     for source in ("tap request-log", "tap server-log", "tap metadata --poll"):
         assert source in tap
     assert subprocess.run(["sh", "-n", "conf/compose/tap.sh"], cwd=ROOT).returncode == 0
+    # It keeps running and can be reached: no obsolete `version` key, Kafka
+    # published to the host, the simulator profile without end and restarted.
+    raw = (ROOT / "docker-compose.yml").read_text()
+    assert not re.search(r"^version:", raw, re.M)
+    for port in (19092, 19093, 19094):
+        assert f"published: {port}" in out.stdout or f"{port}:{port}" in out.stdout, port
+    simulator = out.stdout.split("\n  simulator:")[1].split("\n  tap:")[0]
+    assert "--forever" in simulator and "restart: on-failure" in simulator
     # The monitor's compose configuration is valid for the monitor itself.
     check = subprocess.run(["isr", "check-config", "--config", "conf/compose/isr.toml"],
                            cwd=ROOT, capture_output=True, text=True,
