@@ -9,6 +9,12 @@ import json
 import uuid
 
 from helpers import cli
+from kafka.admin import KafkaAdminClient
+from tapfixtures import TOPIC_ID, follower_outage
+
+from isr.kafka.client import topic_partitions
+from isr.stream.sink import read_to_end
+from isr.tap.request_log import kafka_topic_id
 
 
 def test_polling_the_embedded_broker(broker, tmp_path):
@@ -39,3 +45,29 @@ def test_polling_a_cluster_that_is_not_there_is_one_line(tmp_path):
             "--to", str(tmp_path / "x.jsonl"))
     assert r.returncode != 0 and r.stderr.startswith("isr: "), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_tap_writes_to_kafka_keyed_by_partition_and_names_topic_ids_from_the_cluster(
+        broker, tmp_path):
+    """`--to kafka://TOPIC`: every event once, keyed `topic/partition`; a
+    FetchRequest v13+ topic id named by asking the cluster (`--topic-ids
+    BOOTSTRAP`)."""
+    name = f"orders-{uuid.uuid4().hex[:6]}"
+    broker.create_topics([name], 1)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    topic_id = next(kafka_topic_id(str(t["topic_id"])) for t in admin.describe_topics([name]))
+    admin.close()
+    log = tmp_path / "kafka-request.log"
+    log.write_text("".join(line.replace(TOPIC_ID, topic_id) for line in
+                           follower_outage(1_700_000_000_000, version=13, seconds=3).request_log))
+    out_topic = f"tap-{uuid.uuid4().hex[:6]}"
+    r = cli("tap", "request-log", str(log), "--broker", "1", "--topic-ids", broker.bootstrap,
+            "--to", f"kafka://{out_topic}", "--set", f"kafka.bootstrap_servers={broker.bootstrap}")
+    assert r.returncode == 0, r.stderr
+    written = int(r.stderr.split(" events written")[0].split(", ")[-1].replace(",", ""))
+    conf = {"bootstrap.servers": broker.bootstrap}
+    msgs = list(read_to_end(conf, {tp: 0 for tp in topic_partitions(conf, [out_topic])}))
+    assert written > 10 and len(msgs) == written
+    events = [json.loads(m.value()) for m in msgs]
+    assert {e["topic"] for e in events} == {name}
+    assert {m.key() for m in msgs} == {f"{name}/0".encode()}
