@@ -39,7 +39,7 @@ from socketserver import ThreadingMixIn
 
 from isr.config import MetricsSettings
 from isr.contract.records import WATERMARK, OutputRecord
-from isr.model.health import leader_alone
+from isr.model.health import isr_health
 
 P_LABELS = ("cluster", "topic", "partition", "policy")
 F_LABELS = P_LABELS + ("replica",)
@@ -65,7 +65,8 @@ COUNTS = {
 def _flags(s: dict) -> tuple[bool, ...]:
     """A partition_state as the counts see it (the order of COUNTS' indices)."""
     return (s["under_replicated"], s["under_min_isr"], s["at_min_isr"],
-            leader_alone(s["isr"], s["leader"], len(s["replicas"])), s["leader"] < 0)
+            isr_health(s["isr"], s["leader"], len(s["replicas"]), s["min_insync_replicas"])[2],
+            s["leader"] < 0)
 
 
 class Metrics:

@@ -30,7 +30,7 @@ from isr.config import MonitorSettings
 from isr.contract.decisions import IsrChange
 from isr.engine.listeners import Listener
 from isr.engine.summary import PolicySummary
-from isr.model.health import FlapWindow, HwStall, leader_alone
+from isr.model.health import FlapWindow, HwStall, isr_health
 
 MAX_PLOTTED = 6
 
@@ -78,7 +78,7 @@ class Timeline:
 
     def _advance(self, ts: int) -> None:
         if self.last_ts is not None and ts > self.last_ts:
-            if leader_alone(self.isr, self.leader, self.replicas):
+            if isr_health(self.isr, self.leader, self.replicas, 0)[2]:  # leader alone
                 self.alone_ms += ts - self.last_ts
         if self.last_ts is None or ts > self.last_ts:
             self.last_ts = ts

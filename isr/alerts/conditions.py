@@ -15,7 +15,7 @@ from typing import Optional
 
 from isr.alerts.catalog import RULES
 from isr.alerts.watch import PartitionView, Watch
-from isr.model.health import at_min_isr, leader_alone, under_min_isr, under_replicated
+from isr.model.health import isr_health
 from isr.model.rules import at_leader_leo, lag_ms
 
 PARTITION = -1  # the replica part of a partition-level alert's key
@@ -54,15 +54,16 @@ def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
     out: dict[tuple[str, int], tuple] = {}
     due = None
     isr, leader = v.isr, v.leader
-    n_isr, n_rep, min_isr = len(isr), len(v.replicas), v.min_isr
+    n_rep, min_isr = len(v.replicas), v.min_isr
     under, at, alone = P.min_isr_rules
-    if under and under_min_isr(n_isr, min_isr):
+    is_under, is_at, is_alone, is_urp = isr_health(isr, leader, n_rep, min_isr)
+    if under and is_under:
         out[("UnderMinIsr", PARTITION)] = (isr, min_isr)
-    if at and at_min_isr(n_isr, min_isr) and min_isr < n_rep:
+    if at and is_at and min_isr < n_rep:
         out[("AtMinIsr", PARTITION)] = (isr, min_isr, n_rep)
-    if alone and leader_alone(isr, leader, n_rep):
+    if alone and is_alone:
         out[("LeaderOnlyIsr", PARTITION)] = (leader, v.replicas)
-    if P.under_replicated and under_replicated(n_isr, n_rep):
+    if P.under_replicated and is_urp:
         out[("UnderReplicated", PARTITION)] = (isr, v.replicas)
     if P.flapping and w.flaps.times:
         recent, leaves = w.flaps.count(T, P.flap_window_ms)

@@ -71,7 +71,7 @@ class AlertEvaluator:
             # or the fetch was slow, no condition can change now.
             if (served <= self.params(w.topic).slow_ms
                     and all(name in FETCH_STABLE for name, _r in w.alerts)):
-                due = self._next_due(w)
+                due = self._next_due(w) if w.alerts else w.due
                 if due is None or due > ts:
                     w.t = ts
                     return
@@ -89,7 +89,7 @@ class AlertEvaluator:
                 out: list) -> None:
         """Step through every instant before `until` (or at it) where something is due."""
         while True:
-            due = self._next_due(w)
+            due = self._next_due(w) if w.alerts else w.due  # most watches have no alert
             if due is None or due > until or (due == until and not inclusive):
                 return
             self._step(w, view, due, out)

@@ -29,14 +29,18 @@ class AlertListener(Listener):
         self._last = (model, w)
         return w
 
+    # The hooks look at the last watch inline: they run for every event.
     def on_advance(self, model, until: int, inclusive: bool, out: list) -> None:
-        self.evaluator.advance(self._watch(model), model, until, inclusive, out)
+        last = self._last
+        w = last[1] if last[0] is model else self._watch(model)
+        self.evaluator.advance(w, model, until, inclusive, out)
 
     def on_change(self, model, change, out: list) -> None:
         self.evaluator.on_change(self._watch(model), model, change, out)
 
     def on_event(self, model, event, outcome, out: list) -> None:
-        w = self._watch(model)
+        last = self._last
+        w = last[1] if last[0] is model else self._watch(model)
         if outcome is None:
             self.evaluator.after_event(w, model, event, out)
         else:  # ignored or rejected: the feed is alive, nothing else changed

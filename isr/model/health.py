@@ -7,24 +7,17 @@ everywhere. A follower's lag in time is `rules.lag_ms`.
 from __future__ import annotations
 
 
-def under_min_isr(isr_size: int, min_isr: int) -> bool:
-    """Producers with acks=all fail (Kafka's UnderMinIsr)."""
-    return isr_size < min_isr
-
-
-def at_min_isr(isr_size: int, min_isr: int) -> bool:
-    """Kafka's AtMinIsr: the ISR is exactly at min.insync.replicas."""
-    return isr_size == min_isr
-
-
-def under_replicated(isr_size: int, replicas: int) -> bool:
-    return isr_size < replicas
-
-
-def leader_alone(isr: list[int], leader: int, replicas: int) -> bool:
-    """The ISR is the leader alone although the partition has more replicas:
-    losing that broker makes the partition offline (or unclean)."""
-    return replicas > 1 and len(isr) == 1 and isr[0] == leader
+def isr_health(isr: list[int], leader: int, replicas: int, min_isr: int
+               ) -> tuple[bool, bool, bool, bool]:
+    """The conditions of a partition's ISR size, all at once (the alert scan
+    asks for them on most events), in this order:
+    - under min ISR: producers with acks=all fail (Kafka's UnderMinIsr);
+    - at min ISR: exactly min.insync.replicas (Kafka's AtMinIsr);
+    - leader alone: the ISR is the leader alone although there are more
+      replicas, so losing it makes the partition offline (or unclean);
+    - under-replicated: the ISR is smaller than the replicas (UnderReplicated)."""
+    n = len(isr)
+    return n < min_isr, n == min_isr, replicas > 1 and n == 1 and isr[0] == leader, n < replicas
 
 
 class HwStall:

@@ -17,7 +17,7 @@ from typing import Optional
 from isr.contract.decisions import FollowerView, IsrChange, PartitionState, ReplicaDetail
 from isr.model.brokers import Brokers
 from isr.model.follower import Follower
-from isr.model.health import at_min_isr, under_min_isr, under_replicated
+from isr.model.health import isr_health
 from isr.model.rules import (
     LEGACY,
     Rules,
@@ -105,7 +105,7 @@ class PartitionModel:
         self.min_isr = min(configured, len(self.replicas)) if self.replicas else configured
 
     def is_under_min_isr(self) -> bool:
-        return under_min_isr(len(self.isr), self.min_isr)
+        return isr_health(self.isr, self.leader, len(self.replicas), self.min_isr)[0]
 
     # ------------------------------------------------------------ time
     def advance(self, until: int, inclusive: bool, brokers: Brokers, out: list) -> None:
@@ -397,13 +397,13 @@ class PartitionModel:
                          last_fetch_ts=f.last_fetch_ts, in_isr=r in isr)
             for r, f in sorted(self.followers.items())
         ]
+        under_min, at_min, _alone, under_replicated = isr_health(isr, self.leader,
+                                                                 len(self.replicas), min_isr)
         return PartitionState(
             cluster=self.cluster, topic=self.topic, partition=self.partition, ts=now,
             leader=self.leader, leader_epoch=self.leader_epoch, replicas=list(self.replicas),
             isr=list(isr), hw=self.hw, leader_leo=leader_leo,
-            under_replicated=under_replicated(len(isr), len(self.replicas)),
-            under_min_isr=under_min_isr(len(isr), min_isr),
-            at_min_isr=at_min_isr(len(isr), min_isr),
+            under_replicated=under_replicated, under_min_isr=under_min, at_min_isr=at_min,
             min_insync_replicas=min_isr, policy=self.rules.policy,
             followers=followers, bootstrap=self.bootstrap,
         )
