@@ -244,13 +244,13 @@ def cluster_dump(t0: int, leader_epoch: int = 4) -> list[str]:
     follow bring it there), written before t0."""
     lines = [dump_record(0, t0 - 5000, "TOPIC_RECORD", 0, {"name": "orders", "topicId": TOPIC_ID})]
     for b in (1, 2, 3):
-        lines.append(dump_record(b, t0 - 4000 + b, "REGISTER_BROKER_RECORD", 3, {
+        lines.append(dump_record(2 * b - 1, t0 - 4000 + b, "REGISTER_BROKER_RECORD", 3, {
             "brokerId": b, "isMigratingZkBroker": False, "incarnationId": "Kq2rZzJtQ2mDqXlHn0bC1w",
             "brokerEpoch": 100 + b, "endPoints": [{"name": "PLAINTEXT", "host": f"kafka-{b}",
                                                    "port": 9092, "securityProtocol": 0}],
             "features": [], "rack": None, "fenced": True, "inControlledShutdown": False,
             "logDirs": ["6Tv1xj7YRwqFc1pC8Yk5mA"]}))
-        lines.append(dump_record(3 + b, t0 - 3500 + b, "BROKER_REGISTRATION_CHANGE_RECORD", 0,
+        lines.append(dump_record(2 * b, t0 - 3500 + b, "BROKER_REGISTRATION_CHANGE_RECORD", 0,
                                  {"brokerId": b, "brokerEpoch": 100 + b, "fenced": -1}))
     lines.append(dump_record(7, t0 - 3000, "PARTITION_RECORD", 1, {
         "partitionId": 0, "topicId": TOPIC_ID, "replicas": [1, 2, 3], "isr": [1, 2, 3],

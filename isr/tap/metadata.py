@@ -76,6 +76,7 @@ class MetadataLogTap(LineTap):
         self.topics: dict[str, str] = {}  # topic id -> name
         self.partitions: dict[tuple[str, int], Registration] = {}
         self.broker_epochs: dict[int, int] = {}
+        self.offset = -1  # the last record applied: a dump read again adds nothing twice
 
     def topic_name(self, topic_id: str) -> Optional[str]:
         return self.topics.get(topic_id)
@@ -84,6 +85,10 @@ class MetadataLogTap(LineTap):
         m = RECORD.match(line.strip())
         if m is None:
             return self.skip("not a metadata record line")
+        offset = int(m.group(1))
+        if offset <= self.offset:
+            return self.skip("record read before (a dump written again)")
+        self.offset = offset
         try:
             record = orjson.loads(m.group(3))
             kind, data = record["type"], record["data"]
