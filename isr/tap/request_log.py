@@ -93,8 +93,8 @@ class RequestLogTap(Log4jTap):
             return self.skip("truncated or unreadable JSON")
         if header.get("requestApiKeyName") != "FETCH" and header.get("requestApiKey") != 1:
             return self.skip("not a FETCH")
-        try:
-            return self._fetch(parsed.ts, int(header.get("requestApiVersion", -1)), desc)
+        try:  # any version: read by field names (docs/tap.md)
+            return self._fetch(parsed.ts, desc)
         except (KeyError, TypeError, ValueError, AttributeError):
             return self.skip("FETCH with fields this tap does not know")
 
@@ -107,7 +107,7 @@ class RequestLogTap(Log4jTap):
         return out
 
     # ------------------------------------------------------------ one FETCH
-    def _fetch(self, line_ts: int, version: int, desc: dict) -> list[dict]:
+    def _fetch(self, line_ts: int, desc: dict) -> list[dict]:
         request, response = desc["request"], desc["response"]
         if "replicaState" in request:  # v15+ (KIP-903), tagged: absent for consumers
             replica = request["replicaState"].get("replicaId", -1)
