@@ -69,8 +69,9 @@ class AlertEvaluator:
             # lowers a lag, moves the HW forward or ends a silence: unless an
             # alert that could resolve that way is active, or something is due,
             # or the fetch was slow, no condition can change now.
-            if (served <= self.params(w.topic).slow_ms
-                    and all(name in FETCH_STABLE for name, _r in w.alerts)):
+            params = self._params.get(w.topic) or self.params(w.topic)
+            if (served <= params.slow_ms
+                    and (not w.alerts or all(name in FETCH_STABLE for name, _r in w.alerts))):
                 due = self._next_due(w) if w.alerts else w.due
                 if due is None or due > ts:
                     w.t = ts
@@ -108,7 +109,7 @@ class AlertEvaluator:
         return due
 
     def _step(self, w: Watch, view: PartitionView, T: int, out: list) -> None:
-        P = self.params(w.topic)
+        P = self._params.get(w.topic) or self.params(w.topic)  # params() once per topic
         w.flaps.prune(T, P.flap_window_ms)
         holding, w.due = scan(w, view, T, P)
         repeat = self.cfg.repeat_interval_ms

@@ -33,6 +33,10 @@ class AlertListener(Listener):
     def on_advance(self, model, until: int, inclusive: bool, out: list) -> None:
         last = self._last
         w = last[1] if last[0] is model else self._watch(model)
+        if not w.alerts:  # the common case: nothing but the scan's next instant is due
+            due = w.due
+            if due is None or due > until or (due == until and not inclusive):
+                return
         self.evaluator.advance(w, model, until, inclusive, out)
 
     def on_change(self, model, change, out: list) -> None:

@@ -154,13 +154,20 @@ class LocalEngine:
         key = (event.cluster, event.topic, event.partition)
         brokers = self.brokers.get(event.cluster) or self._brokers_of(event.cluster)
         scratch, out, on_event = self._scratch, self.decisions, self._on_event
+        on_advance = self._on_advance
         first = True
         for policy, parts in self.partitions.items():
             model = parts.get(key)
             if model is None:
                 model = parts[key] = PartitionModel.first_seen(
                     self.rules[policy], event, self.monitor.min_isr_for(event.topic))
-            self._advance(model, ts, False, brokers)
+            # _advance(model, ts, False) inline: this runs for every event and policy.
+            if ts > model.next_check:  # else no check instant lies before ts
+                model.advance(ts, False, brokers, scratch)
+                if scratch:
+                    self._dispatch(model)
+            for hook in on_advance:
+                hook(model, ts, False, out)
             result = model.apply(event, brokers, scratch)
             if scratch:
                 self._dispatch(model)
