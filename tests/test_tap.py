@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -299,6 +302,26 @@ def test_a_followed_file_survives_rotation(tmp_path):
     stop.set()
     t.join(5)
     assert got == ["one\n", "two\n", "three\n"]
+
+
+def test_a_followed_log_is_written_as_it_grows_and_ctrl_c_ends_the_tap(tmp_path):
+    """-F into a file: each event is there while the tap still runs (not held
+    in a buffer until it stops), and Ctrl-C ends it with its count."""
+    log, out = tmp_path / "server.log", tmp_path / "isr.jsonl"
+    log.write_text((FIXTURES / "server-2.8.log").read_text())
+    proc = subprocess.Popen([sys.executable, "-m", "isr.cli", "tap", "server-log", str(log),
+                             "-F", "--to", str(out)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (not out.exists()
+                                               or out.read_text().count("\n") < 2):
+            time.sleep(0.1)
+        assert out.read_text().count("\n") == 2  # both ISR commits, before any stop
+    finally:
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 0, err
+    assert "2 events written" in err and "Traceback" not in err, err
 
 
 def test_tap_user_errors_are_one_line(tmp_path):

@@ -5,12 +5,12 @@ line, and a failure ends in one line too, the whole report in a file."""
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import tempfile
 import time
 
 from isr.errors import one_line_reason
+from isr.signals import StopOnSignal
 
 # Loggers that print a failed query's stack traces (the Python worker's
 # traceback, once per task attempt and again for the query): the report file
@@ -57,20 +57,14 @@ def _quiet_accumulator_server(sc) -> None:
 def run_until_stopped(query, name: str = "isr") -> int:
     """Wait for the query: 0 when it ends by itself (--available-now), 130
     after Ctrl-C / SIGTERM, 1 when it fails (one line on stderr)."""
-    stop = [False]  # a signal handler must not take locks (Event.set does)
-
-    def on_signal(*_) -> None:
-        stop[0] = True
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while not stop[0]:
+    with StopOnSignal() as stop:
+        while not stop():
             try:
                 if query.awaitTermination(0.5):
                     break
             except Exception as exc:  # noqa: BLE001 - the query failed
                 return _failed(exc, name)
-        if stop[0]:
+        if stop():
             print(f"{name}: stopping (a micro-batch cut short is done again on the next "
                   "start, its records written once)", file=sys.stderr)
             started = time.monotonic()
@@ -82,10 +76,6 @@ def run_until_stopped(query, name: str = "isr") -> int:
             return 130
         failure = query.exception()
         return _failed(failure, name) if failure is not None else 0
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
 
 def _failed(exc, name: str) -> int:
     text = str(exc) if exc is not None else ""

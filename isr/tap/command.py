@@ -4,7 +4,6 @@ to JSON lines; a progress line on a terminal and a final count."""
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from collections import Counter
@@ -15,31 +14,11 @@ import orjson
 from rich.console import Console
 
 from isr.config import ConfigError, Settings
+from isr.signals import StopOnSignal
 from isr.sim.output import message_key
 from isr.tap.lines import read_lines
 
 KAFKA_PREFIX = "kafka://"
-
-
-class Stopper:
-    """Ctrl-C / SIGTERM end a followed source after the line being read."""
-
-    def __init__(self) -> None:
-        self.stopped = False
-
-    def __enter__(self):
-        self._previous = {s: signal.signal(s, self._stop) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def _stop(self, *_):
-        self.stopped = True
-
-    def __exit__(self, *exc):
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-
-    def __call__(self) -> bool:
-        return self.stopped
 
 
 def events_of(tap, lines: Iterable[str]) -> Iterator[dict]:
@@ -49,10 +28,13 @@ def events_of(tap, lines: Iterable[str]) -> Iterator[dict]:
 
 
 class Sink:
-    """JSON lines to a file / stdout, or Kafka."""
+    """JSON lines to a file / stdout, or Kafka. `live`: the source has no end
+    (a followed file, polling), so each line is flushed as it is written."""
 
-    def __init__(self, to: str, settings_factory: Callable[[], Settings]) -> None:
+    def __init__(self, to: str, settings_factory: Callable[[], Settings],
+                 live: bool = False) -> None:
         self.to = to
+        self.live = live
         self.written = 0
         if to.startswith(KAFKA_PREFIX):
             from isr import preflight
@@ -79,7 +61,10 @@ class Sink:
             if self.written % 1024 == 0:
                 self.producer.poll(0)
         else:
-            (self.file or sys.stdout.buffer).write(data + b"\n")
+            out = self.file or sys.stdout.buffer
+            out.write(data + b"\n")
+            if self.live:
+                out.flush()
 
     def close(self) -> None:
         if self.producer is not None:
@@ -101,10 +86,10 @@ def run_tap(tap, source: str, follow: bool, to: str, settings_factory,
         preflight.readable_inputs([source])
     if not to.startswith(KAFKA_PREFIX):
         preflight.writable_file(to, "--to")
-    sink = Sink(to, settings_factory)
+    sink = Sink(to, settings_factory, live=follow)
     show = not quiet and console.is_terminal
     started = time.monotonic()
-    with Stopper() as stop, (console.status("") if show else nullcontext()) as status:
+    with StopOnSignal() as stop, (console.status("") if show else nullcontext()) as status:
         last = 0.0
         for ev in events_of(tap, read_lines(source, follow, stop)):
             sink.write(ev)
@@ -137,14 +122,14 @@ def poll_metadata(poller, bootstrap: str, interval_s: float, polls: Optional[int
     from kafka.admin import KafkaAdminClient
     from kafka.errors import KafkaError
 
-    sink = Sink(to, settings_factory)
+    sink = Sink(to, settings_factory, live=True)
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="isr-tap",
                                  bootstrap_timeout_ms=10_000, request_timeout_ms=10_000)
     except KafkaError as exc:
         raise ConfigError(f"--poll {bootstrap}: {exc}") from None
     done = 0
-    with Stopper() as stop:
+    with StopOnSignal() as stop:
         while not stop() and (polls is None or done < polls):
             if done:
                 time.sleep(interval_s)
