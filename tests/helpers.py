@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,3 +113,13 @@ def cli(*args: str, env=None, stdin: str | None = None) -> subprocess.CompletedP
     """`isr ARGS` as a user runs it, from the repository root."""
     return subprocess.run([sys.executable, "-m", "isr.cli", *args], cwd=ROOT, env=env,
                           input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def wait_until(predicate, seconds: float = 90.0, what: str = "") -> None:
+    """Poll `predicate` every 0.5 s until it holds, or fail naming `what`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from confluent_kafka import Producer
+from helpers import wait_until
 from receivers import Alertmanager, Prometheus, Receiver  # tests/ is on sys.path (conftest)
 
 from isr.config import load_settings
@@ -90,15 +91,6 @@ def _events() -> list[dict]:
     return sorted(long_pause + slow, key=lambda e: e["ts"])
 
 
-def _wait(predicate, seconds: float = 90.0, what: str = "") -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_prometheus_scrapes_the_job_and_every_dashboard_and_rule_query_has_data(
         broker, spark, tmp_path):
     name = f"obs{uuid.uuid4().hex[:6]}"
@@ -127,14 +119,14 @@ def test_prometheus_scrapes_the_job_and_every_dashboard_and_rule_query_has_data(
     query = run_to_kafka(settings, spark=spark)
     try:
         produce([e for e in events if e["ts"] < cut], bad=1)
-        _wait(lambda: 'isr_partition_in_sync_replicas{cluster="default",partition="0",policy="kafka",'
+        wait_until(lambda: 'isr_partition_in_sync_replicas{cluster="default",partition="0",policy="kafka",'
                       'topic="events"} 1.0' in httpx.get(metrics_url).text, what="phase 1 state")
         with Prometheus(f"127.0.0.1:{port}", str(ROOT / "conf/prometheus/rules.yml")) as prom:
-            _wait(lambda: prom.query('isr_partition_in_sync_replicas{topic="orders"} == 2'),
+            wait_until(lambda: prom.query('isr_partition_in_sync_replicas{topic="orders"} == 2'),
                   what="Prometheus to scrape the shrunk ISR")
             time.sleep(3)
             produce([e for e in events if e["ts"] >= cut], bad=3)
-            _wait(lambda: prom.query('isr_partition_in_sync_replicas{topic="orders"} == 3'),
+            wait_until(lambda: prom.query('isr_partition_in_sync_replicas{topic="orders"} == 3'),
                   what="the expansion")
             time.sleep(4)  # a few more scrapes and rule evaluations
             empty = [(where, expr) for where, expr in dashboard_exprs() + rule_exprs()
@@ -223,10 +215,10 @@ def test_webhook_down_then_back_while_the_stream_keeps_running(broker, spark, tm
     receiver = Receiver(port=port)
     query = run_to_kafka(settings, spark=spark)
     try:
-        _wait(lambda: len(query.recentProgress) >= 5, what="5 micro-batches")
+        wait_until(lambda: len(query.recentProgress) >= 5, what="5 micro-batches")
         down = [p["durationMs"]["triggerExecution"] for p in query.recentProgress]
         receiver.start()
-        _wait(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= len(events),
+        wait_until(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= len(events),
               what="all input")
         # A little later input keeps batches coming, so the outbox is flushed.
         tail = events[-1]["ts"]
@@ -238,7 +230,7 @@ def test_webhook_down_then_back_while_the_stream_keeps_running(broker, spark, tm
             time.sleep(1.5)
         alerts = [json.loads(m.value()) for m in read_to_end(
             {"bootstrap.servers": broker.bootstrap}, {(f"{name}.alerts", 0): 0})]
-        _wait(lambda: len(receiver.bodies) >= len(alerts), seconds=30, what="deliveries")
+        wait_until(lambda: len(receiver.bodies) >= len(alerts), seconds=30, what="deliveries")
     finally:
         query.stop()
         receiver.stop()
@@ -282,7 +274,7 @@ def test_real_alertmanager_gets_the_live_jobs_transitions_exactly_once(broker, s
             f'delivery.webhooks=[{{name="am", kind="alertmanager", '
             f'url="{am.url}/api/v2/alerts"}}]')
         query = run_to_kafka(settings, spark=spark)
-        _wait(lambda: len(query.recentProgress) >= 2, what="the job to start")
+        wait_until(lambda: len(query.recentProgress) >= 2, what="the job to start")
         stop = threading.Event()
         producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
 
@@ -295,7 +287,7 @@ def test_real_alertmanager_gets_the_live_jobs_transitions_exactly_once(broker, s
                     for a in body["alerts"]]
 
         try:
-            _wait(lambda: ("AtMinIsr", "resolved") in seen(), seconds=60,
+            wait_until(lambda: ("AtMinIsr", "resolved") in seen(), seconds=60,
                   what="the AtMinIsr resolve to come through Alertmanager")
             time.sleep(4)  # nothing more may arrive for these transitions
         finally:

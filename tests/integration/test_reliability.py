@@ -11,13 +11,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 import workload
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from helpers import ROOT
+from helpers import ROOT, wait_until
 
 from isr.config import load_settings
 from isr.kafka.embedded import EmbeddedBroker, free_port
@@ -32,19 +31,8 @@ BASE = [f"monitor.replica_lag_time_max_ms={workload.LAG_MS}", "monitor.allowed_l
 
 
 def settings_for(bootstrap, tmp_path, *extra, prefix=None, checkpoint="checkpoint"):
-    prefix = prefix or f"r{uuid.uuid4().hex[:8]}"
-    return load_settings(None, BASE + [
-        f"kafka.bootstrap_servers={bootstrap}",
-        f'input.topics=["{prefix}.in"]',
-        f"output.changes_topic={prefix}.changes",
-        f"output.state_topic={prefix}.state",
-        f"output.dead_letter_topic={prefix}.dead",
-        f"output.alerts_topic={prefix}.alerts",
-        f"output.commit_topic={prefix}.commits",
-        "output.partitions=1",  # the tests read partition 0
-        f"stream.checkpoint_location={tmp_path / checkpoint}",
-        f"stream.query_name={prefix}",
-        *extra])
+    return workload.job_settings(bootstrap, tmp_path, BASE, *extra, prefix=prefix,
+                                 checkpoint=checkpoint)
 
 
 def records(bootstrap, topic, partitions=1):
@@ -229,15 +217,6 @@ def test_a_new_checkpoint_under_the_same_name_writes_its_own_batches(broker, spa
     assert len(warning) == 1 and second.id in warning[0] and first.id in warning[0]
 
 
-def _wait(predicate, seconds=90.0, what=""):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_broker_restart_is_ridden_out_and_lost_input_is_never_skipped(spark, tmp_path):
     """The broker dies mid-stream and comes back on the same port after a
     few seconds (memory storage: its topics come back as the test creates and
@@ -254,7 +233,7 @@ def test_a_broker_restart_is_ridden_out_and_lost_input_is_never_skipped(spark, t
         produce(broker.bootstrap, topic, keyed(phase1))
         query = job.run_to_kafka(s, spark=spark)
         try:
-            _wait(lambda: query.lastProgress and query.lastProgress["numInputRows"] >= 0
+            wait_until(lambda: query.lastProgress and query.lastProgress["numInputRows"] >= 0
                   and records(broker.bootstrap, s.output.commit_topic), what="a first batch")
             broker.stop()
             time.sleep(8)  # down: the job's source and sink wait
@@ -263,7 +242,7 @@ def test_a_broker_restart_is_ridden_out_and_lost_input_is_never_skipped(spark, t
             produce(broker.bootstrap, topic, keyed(phase1))  # the same records, same offsets
             produce(broker.bootstrap, topic, keyed(phase2))
             assert query.isActive
-            _wait(lambda: any(c["ts"] >= workload.T0 + 40_000 for c in records(
+            wait_until(lambda: any(c["ts"] >= workload.T0 + 40_000 for c in records(
                 broker.bootstrap, s.output.changes_topic)), what="decisions after the restart")
             assert query.exception() is None
             # The input comes back shorter than what was read: not skipped in silence.
@@ -271,7 +250,7 @@ def test_a_broker_restart_is_ridden_out_and_lost_input_is_never_skipped(spark, t
             admin.delete_topics([topic])[topic].result(10)
             broker.create_topics([topic], 1)
             produce(broker.bootstrap, topic, keyed(phase1[:10]))
-            _wait(lambda: not query.isActive, what="the job to stop")
+            wait_until(lambda: not query.isActive, what="the job to stop")
             message = str(query.exception())
             assert "offsets went back from" in message and "fail_on_data_loss" in message
         finally:

@@ -5,7 +5,6 @@ idle partitions, and replay --engine spark against --engine local."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 import workload
@@ -22,19 +21,7 @@ BASE = [f"monitor.replica_lag_time_max_ms={workload.LAG_MS}", "monitor.allowed_l
 
 
 def settings_for(broker, tmp_path, *extra):
-    prefix = f"t{uuid.uuid4().hex[:8]}"
-    return load_settings(None, BASE + [
-        f"kafka.bootstrap_servers={broker.bootstrap}",
-        f'input.topics=["{prefix}.in"]',
-        f"output.changes_topic={prefix}.changes",
-        f"output.state_topic={prefix}.state",
-        f"output.dead_letter_topic={prefix}.dead",
-        f"output.alerts_topic={prefix}.alerts",
-        f"output.commit_topic={prefix}.commits",
-        "output.partitions=1",  # the tests read partition 0
-        f"stream.checkpoint_location={tmp_path / 'checkpoint'}",
-        f"stream.query_name={prefix}",
-        *extra])
+    return workload.job_settings(broker.bootstrap, tmp_path, BASE, *extra)
 
 
 def records(broker, topic):

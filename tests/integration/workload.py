@@ -7,9 +7,12 @@ bad input."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import orjson
 from confluent_kafka import Producer
+
+from isr.config import load_settings
 
 # In the past (2023-11-14): the live job dead-letters times more than
 # monitor.max_future_ms ahead of its clock.
@@ -90,3 +93,21 @@ def produce(bootstrap: str, topic: str, data: list[bytes]) -> None:
         p.produce(topic, key=key, value=line)
         p.poll(0)
     p.flush(30)
+
+
+def job_settings(bootstrap: str, tmp_path, base: list[str], *extra: str, prefix=None,
+                 checkpoint: str = "checkpoint"):
+    """The job's settings with topics and a query of their own (`prefix`)."""
+    prefix = prefix or f"t{uuid.uuid4().hex[:8]}"
+    return load_settings(None, base + [
+        f"kafka.bootstrap_servers={bootstrap}",
+        f'input.topics=["{prefix}.in"]',
+        f"output.changes_topic={prefix}.changes",
+        f"output.state_topic={prefix}.state",
+        f"output.dead_letter_topic={prefix}.dead",
+        f"output.alerts_topic={prefix}.alerts",
+        f"output.commit_topic={prefix}.commits",
+        "output.partitions=1",  # the tests read partition 0
+        f"stream.checkpoint_location={tmp_path / checkpoint}",
+        f"stream.query_name={prefix}",
+        *extra])
