@@ -67,6 +67,7 @@ class Pending:
     event: Optional[dict]  # the fetch to complete (None: the fetch went out already)
     ts: int                # when the leader's LEO was seen
     capped: bool
+    leader_epoch: int
 
 
 class RequestLogTap(Log4jTap):
@@ -150,12 +151,13 @@ class RequestLogTap(Log4jTap):
             if size == 0 or waited:
                 # Nothing to read at the (first) read: caught up, LEO exact.
                 ev["leader_leo"] = wanted.fetch_offset
-                self._append(tp, ev, wanted.fetch_offset, read_ts, out)
+                self._append(tp, wanted.leader_epoch, wanted.fetch_offset, read_ts, out)
                 out.append(ev)
                 if size:  # records came while it waited: LEO rose by its end
-                    self.pending[(replica, *tp)] = Pending(None, int(round(line_ts)), capped)
+                    self.pending[(replica, *tp)] = Pending(None, int(round(line_ts)), capped,
+                                                           wanted.leader_epoch)
             else:
-                self.pending[(replica, *tp)] = Pending(ev, read_ts, capped)
+                self.pending[(replica, *tp)] = Pending(ev, read_ts, capped, wanted.leader_epoch)
         return out
 
     def _session(self, replica: int, request: dict, response: dict, out: list) -> Session:
@@ -223,27 +225,17 @@ class RequestLogTap(Log4jTap):
             leo = next_offset
             if pending.capped:
                 self.approximate["reads whose LEO is only a lower bound"] += 1
-        tp = key[1:]
+        self._append(key[1:], pending.leader_epoch, leo, pending.ts, out)
         if ev is not None:
             ev["leader_leo"] = leo
-            self._append(tp, ev, leo, pending.ts, out)
             out.append(ev)
-        else:
-            template = {"leader_epoch": self._epoch_of(key), "topic": tp[0], "partition": tp[1]}
-            self._append(tp, template, leo, pending.ts, out)
 
-    def _epoch_of(self, key: tuple[int, str, int]) -> int:
-        for session in self.sessions.values():
-            wanted = session.parts.get(key[1:])
-            if session.replica == key[0] and wanted is not None:
-                return wanted.leader_epoch
-        return -1
-
-    def _append(self, tp: tuple[str, int], like: dict, leo: int, ts: int, out: list) -> None:
-        if leo <= self.leo.get(tp, -1) or like["leader_epoch"] < 0:
+    def _append(self, tp: tuple[str, int], leader_epoch: int, leo: int, ts: int,
+                out: list) -> None:
+        if leo <= self.leo.get(tp, -1) or leader_epoch < 0:
             return
         self.leo[tp] = leo
         out.append({"v": 1, "type": "append", "cluster": self.cluster, "ts": ts,
                     "topic": tp[0], "partition": tp[1], "leader": self.broker,
-                    "leader_epoch": like["leader_epoch"], "leader_leo": leo})
+                    "leader_epoch": leader_epoch, "leader_leo": leo})
 
