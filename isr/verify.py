@@ -101,8 +101,10 @@ def _compare(key: tuple, changes: list[IsrChange], commits: list[Commit],
         if match is not None:
             left.remove(match)
             report.matched.append((match, commit))
-        elif i > 0 or _computed_isr(changes, commit.ts) != commit.isr:
-            report.cluster_only.append((commit, _computed_isr(changes, commit.ts)))
+            continue
+        isr = _computed_isr(changes, commit.ts)
+        if i > 0 or isr != commit.isr:  # the first commit only differs if the ISR does
+            report.cluster_only.append((commit, isr))
     # Computed changes before the cluster's first known ISR cannot be checked.
     report.computed_only = [c for c in left if first is None or c.ts >= first - tolerance_ms]
     return report
