@@ -68,6 +68,24 @@ def test_follower_lagging_fires_at_half_the_lag_limit_exactly():
                                                    (60000, "resolved", 35501)]
 
 
+def test_follower_lagging_ends_at_the_fetch_that_catches_up_not_at_another_followers():
+    # Follower 3 stops after 10.5 s and is back at 30.5 s, before the check at
+    # 45 s could remove it; follower 2 fetches all along.
+    events = [leader(0)]
+    for k in range(1, 41):
+        t = k * 1000
+        events.append(append(t, 10 * k))
+        for r in (2, 3):
+            if r == 2 or not 10_500 < t + 500 < 30_500:
+                events.append(fetch(t + 500, r, 10 * k, 10 * k))
+    # Without the HW stall (which a fetch also ends) to look at the lag alone.
+    r = run(events, alerts=AlertSettings(rules={"HighWatermarkStalled": {"enabled": False}}))
+    assert r.summary() == []
+    assert transitions(r, "FollowerLagging", 3) == [(25501, "firing", 25501),
+                                                   (30500, "resolved", 25501)]
+    assert transitions(r, "FollowerLagging", 2) == []
+
+
 def test_hw_stall_starts_when_the_leo_passes_a_hw_that_no_longer_moves():
     r = run(outage())
     # Follower 3's LEO holds the HW at 110 from 11 s: stalled > 10 s at 21.001 s.

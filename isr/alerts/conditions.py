@@ -76,14 +76,14 @@ def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
         limit, followers = P.lag_limit_ms, v.followers
         for r in isr:
             f = followers.get(r)
-            if f is None or at_leader_leo(f, leader_leo):
-                continue  # the leader itself, or no lag at all
+            if f is None:
+                continue  # the leader itself
             lag = lag_ms(f, leader_leo, T)
             if lag is None:
                 continue  # never caught up
             if lag > limit:
                 out[("FollowerLagging", r)] = (r, lag, limit, f.leo, leader_leo)
-            else:
+            elif lag or not at_leader_leo(f, leader_leo):  # at the LEO: no lag to grow
                 t = f.last_caught_up_ts + limit + 1
                 if due is None or t < due:
                     due = t
@@ -115,6 +115,14 @@ def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
             if due is None or t < due:
                 due = t
     return out, due
+
+
+def still_lagging(v: PartitionView, replica: int, T: int, P: RuleParams) -> bool:
+    """Whether FollowerLagging, holding for an ISR member, still holds at T
+    (the scan's lag test for one follower)."""
+    f = v.followers.get(replica)
+    lag = None if f is None else lag_ms(f, v.leader_leo, T)
+    return lag is not None and lag > P.lag_limit_ms
 
 
 def describe(name: str, numbers: tuple, P: RuleParams) -> str:

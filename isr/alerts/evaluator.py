@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from isr.alerts.catalog import CATALOG, RULES
-from isr.alerts.conditions import PARTITION, RuleParams, describe, scan
+from isr.alerts.conditions import PARTITION, RuleParams, describe, scan, still_lagging
 from isr.alerts.watch import AtChange, PartitionView, Watch
 from isr.config import AlertSettings
 from isr.contract.decisions import Alert, IsrChange
@@ -70,8 +70,8 @@ class AlertEvaluator:
             # alert that could resolve that way is active, or something is due,
             # or the fetch was slow, no condition can change now.
             params = self._params.get(w.topic) or self.params(w.topic)
-            if (served <= params.slow_ms
-                    and (not w.alerts or all(name in FETCH_STABLE for name, _r in w.alerts))):
+            if served <= params.slow_ms and (not w.alerts or self._fetch_keeps_alerts(
+                    w, model, event.replica, ts, params)):
                 due = self._next_due(w) if w.alerts else w.due
                 if due is None or due > ts:
                     w.t = ts
@@ -85,6 +85,22 @@ class AlertEvaluator:
         elif kind == "isr":
             w.reported = list(event.isr)
         self._step(w, model, ts, out)
+
+    @staticmethod
+    def _fetch_keeps_alerts(w: Watch, model: PartitionView, replica: int, T: int,
+                            P: RuleParams) -> bool:
+        """Whether every active alert still holds after a fetch of `replica`:
+        those a fetch cannot end, and FollowerLagging of another follower (a
+        fetch only lowers its own follower's lag) or of this one if it still
+        lags."""
+        for name, r in w.alerts:
+            if name in FETCH_STABLE:
+                continue
+            if name == "FollowerLagging" and (
+                    r != replica or still_lagging(model, r, T, P)):
+                continue
+            return False
+        return True
 
     def advance(self, w: Watch, view: PartitionView, until: int, inclusive: bool,
                 out: list) -> None:
