@@ -54,7 +54,7 @@ def bench_stateful(args) -> None:
     work = tempfile.mkdtemp(prefix="isr-bench-")
     path = os.path.join(work, "events.jsonl")
     with open(path, "wb") as f:
-        for ev in stream(args.partitions, args.events):
+        for ev in stream(args.partitions, args.events, round_ms=args.round_ms):
             f.write(orjson.dumps(ev) + b"\n")
     settings = load_settings(None, [f"stream.state_buckets={args.buckets}",
                                     f"stream.state_store={args.state_store}",
@@ -110,7 +110,7 @@ def bench_e2e(args) -> None:
         p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
                       "batch.num.messages": 10000, "log_level": 0})
         t = time.perf_counter()
-        produce(stream(args.partitions, args.events), p, "isr.fetch-events")
+        produce(stream(args.partitions, args.events, round_ms=args.round_ms), p, "isr.fetch-events")
         print(f"produced {args.events} events in {time.perf_counter() - t:.1f} s")
         work = tempfile.mkdtemp(prefix="isr-bench-")
         settings = load_settings(None, [
@@ -243,6 +243,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--lateness", type=int, default=200)
     ap.add_argument("--state-store", default="rocksdb", choices=["rocksdb", "hdfs"])
+    ap.add_argument("--round-ms", type=int, default=None,
+                    help="event time of one round over all partitions (gen.stream); "
+                         "500 is a cluster whose followers fetch every partition every 500 ms")
     ap.add_argument("--no-alerts", action="store_true", help="monitor.alerts.enabled = false")
     args = ap.parse_args()
     {"stateful": bench_stateful, "e2e": bench_e2e, "latency": bench_latency}[args.mode](args)

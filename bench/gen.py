@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from typing import Iterator
+from typing import Iterator, Optional
 
 import orjson
 
@@ -17,10 +17,16 @@ T0 = 1_700_000_000_000  # in the past: the live job refuses times ahead of its c
 
 
 def stream(partitions: int, events: int, brokers: int = 6, seed: int = 7,
-           step_ms: int = 1) -> Iterator[dict]:
+           step_ms: int = 1, round_ms: Optional[int] = None) -> Iterator[dict]:
     """Leader events first, then rounds over partitions: an append, then each
     follower fetches (usually from the LEO of its previous fetch; 1 in 50
-    partitions has a follower that stalls for 40 s now and then)."""
+    partitions has a follower that stalls for 40 s now and then).
+
+    Event time moves `step_ms` per partition visited, so a round over N
+    partitions takes N ms: with many partitions each one is visited seldom
+    and looks lagging and silent. `round_ms` instead spreads every round over
+    that much event time, as in a real cluster whose followers fetch every
+    partition every ~500 ms whatever their number."""
     rng = random.Random(seed)
     parts = []
     for p in range(partitions):
@@ -32,10 +38,14 @@ def stream(partitions: int, events: int, brokers: int = 6, seed: int = 7,
         yield {"v": 1, "type": "leader", "ts": T0, "topic": parts[-1]["topic"],
                "partition": parts[-1]["partition"], "leader": replicas[0], "leader_epoch": 1,
                "replicas": replicas, "isr": replicas, "leader_epoch_start_offset": 0}
-    produced, ts = partitions, T0
+    produced, ts, rounds = partitions, T0, 0
     while produced < events:
-        for part in parts:
-            ts += step_ms
+        rounds += 1
+        for i, part in enumerate(parts):
+            if round_ms is None:
+                ts += step_ms
+            else:
+                ts = T0 + (rounds - 1) * round_ms + (i + 1) * round_ms // partitions
             base = {"v": 1, "ts": ts, "topic": part["topic"], "partition": part["partition"],
                     "leader": part["leader"], "leader_epoch": 1}
             part["leo"] += rng.randint(1, 5)
@@ -57,9 +67,11 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--round-ms", type=int, default=None,
+                    help="event time of one round over all partitions (default: 1 ms a partition)")
     args = ap.parse_args()
     out = sys.stdout.buffer
-    for ev in stream(args.partitions, args.events, seed=args.seed):
+    for ev in stream(args.partitions, args.events, seed=args.seed, round_ms=args.round_ms):
         out.write(orjson.dumps(ev))
         out.write(b"\n")
 
