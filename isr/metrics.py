@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from socketserver import ThreadingMixIn
 
 from isr.config import MetricsSettings
-from isr.contract.records import WATERMARK, OutputRecord
+from isr.contract.records import PARTITION_METRICS, WATERMARK, OutputRecord
 from isr.model.health import isr_health
 
 P_LABELS = ("cluster", "topic", "partition", "policy")
@@ -181,7 +181,10 @@ class Metrics:
             kind, value = r.kind, r.value
             if kind == WATERMARK:  # every bucket reports the same one
                 watermark = max(watermark, r.ts)
-            elif kind == "partition_state":
+            elif kind == PARTITION_METRICS:  # every partition the batch touched
+                for state in orjson.loads(value):
+                    self._state(state, now)
+            elif kind == "partition_state":  # (the job's are throttled; its metrics come above)
                 self._state(orjson.loads(value), now)
             elif kind == "isr_change":
                 d = orjson.loads(value)

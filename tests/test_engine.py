@@ -12,7 +12,7 @@ from strategies import event_streams
 from isr.config import MonitorSettings
 from isr.contract.policies import POLICIES
 from isr.engine import snapshot
-from isr.engine.listeners import Listener, TouchedPartitions
+from isr.engine.listeners import Listener
 from isr.engine.local import LocalEngine
 from isr.engine.sequencer import Sequencer
 from isr.model import PartitionModel
@@ -164,16 +164,6 @@ def test_a_snapshot_keeps_each_listeners_state_by_name():
     again = Recorder()
     snapshot.restore(monitor, snapshot.snapshot(engine), listeners=[again])
     assert again.state == {"seen": 3}
-
-
-def test_touched_partitions_are_those_with_an_event_or_a_change():
-    touched = TouchedPartitions()
-    engine = LocalEngine(MonitorSettings(), listeners=[touched])
-    engine.apply_in_order([leader(0), leader(0, partition=1), append(10, 5)])
-    assert touched.take() == [("default", "orders", 0), ("default", "orders", 1)]
-    engine.advance_all(T0 + 60000, inclusive=False)  # partition 0's followers never fetched
-    assert touched.take() == [("default", "orders", 0), ("default", "orders", 1)]
-    assert touched.take() == []
 
 
 # ---------------------------------------------------------------- sequencer

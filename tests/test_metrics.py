@@ -11,7 +11,7 @@ import httpx
 from helpers import T0, fetch, leader, run
 
 from isr.config import MetricsSettings
-from isr.contract.records import to_record
+from isr.contract.records import PARTITION_METRICS, OutputRecord, to_record
 from isr.kafka.embedded import free_port
 from isr.metrics import Metrics, input_lag
 
@@ -37,6 +37,23 @@ def test_partition_states_and_decisions_become_gauges_and_counters():
     assert value(m, "isr_partition_leader", **P) == 1
     assert value(m, "isr_follower_in_isr", **P, replica="2") == 1
     assert value(m, "isr_partition_state_timestamp_seconds", **P) == (T0 + 100) / 1000
+
+
+def test_the_jobs_partition_metrics_record_feeds_the_gauges_without_partition_states():
+    """The stream's metrics come from one partition_metrics record per bucket
+    per batch (every touched partition), whatever output.state_interval_ms
+    keeps from the state topic."""
+    r = run([leader(0, replicas=[1, 2, 3], min_insync_replicas=2), fetch(100, 2, 0, 0),
+             leader(0, partition=1, replicas=[1, 2])])
+    feed = OutputRecord(PARTITION_METRICS, "0", "metrics/0", T0,
+                        json.dumps([m.state_fields() for m in r.engine.models()]))
+    m = Metrics(MetricsSettings())
+    m.observe_records([feed])
+    assert value(m, "isr_partition_in_sync_replicas", **P) == 3
+    assert value(m, "isr_partition_replicas", **{**P, "partition": "1"}) == 2
+    assert value(m, "isr_follower_in_isr", **P, replica="2") == 1
+    assert value(m, "isr_partition_state_timestamp_seconds", **P) == (T0 + 100) / 1000
+    assert value(m, "isr_partitions", cluster="default", policy="kafka") == 2
 
 
 def test_cluster_counts_hold_whatever_the_per_partition_switch():

@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 from isr.config import MonitorSettings
 from isr.contract.fast import encode
 from isr.engine import snapshot
+from isr.engine.local import LocalEngine
 from isr.stream.operator import BucketProcessor
-from isr.stream.packing import END_OF_INPUT, Packer, hold_of, unpack
+from isr.stream.throttle import StateThrottle
+from isr.stream.packing import END_OF_INPUT, END_OF_RUN, Packer, hold_of, unpack
 
 MONITOR = MonitorSettings(allowed_lateness_ms=1000)
 
@@ -220,3 +222,68 @@ def test_packing_and_a_bucket_take_any_bytes_without_raising(values, clock):
         seen += sum(1 for ts in table.column("ts").to_pylist() if ts is not None)
     assert seen == len(values)
     assert bucket.watermark == -1
+
+
+def test_a_state_saved_with_its_queue_inside_the_snapshot_still_restores():
+    """States saved before the queue was kept apart (layout, snapshot) hold
+    their queued events as JSON in the snapshot: they restore to the same
+    decisions as the new layout (layout, snapshot, raw queue)."""
+    p = BucketProcessor(MONITOR)
+    bucket = p.restore(None)
+    process(p, bucket, [pack([leader(0, replicas=[1, 2], isr=[1, 2]), append(10, 10)])])
+    assert bucket.engine.sequencer.queued  # both events wait for the watermark
+    old = zlib.compress(pickle.dumps((None, snapshot.snapshot(bucket.engine))))
+    outs = []
+    for blob in (old, p.save(bucket)):
+        out = process(p, p.restore(blob), [pack([append(60000, 10)], first_offset=2)])
+        outs.append([(r.kind, r.value) for r in out])
+    (change,) = [json.loads(v) for k, v in outs[0] if k == "isr_change"]
+    assert change["action"] == "shrink"
+    assert outs[0] == outs[1]
+
+
+def end_of_run():
+    """The Python Kafka source's record for the last batch of --available-now."""
+    return Packer([0], MONITOR.max_future_ms).pack(
+        [None], [END_OF_RUN], ["isr:end-of-run"], [-1], [0], None, [False])
+
+
+def test_partition_state_is_throttled_but_membership_changes_and_the_end_of_run_go_out():
+    """output.state_interval_ms = 10 s: a partition's state goes out when first
+    seen, then at most once per 10 s of watermark, at once on an ISR change,
+    and every pending one on the run's last batch. The metrics' record has
+    every touched partition of every batch."""
+    p = BucketProcessor(MONITOR, state_interval_ms=10_000, partition_metrics=True)
+    bucket = p.restore(None)
+    batches = [
+        [leader(0, replicas=[1, 2], isr=[1, 2]), append(1000, 10), fetch(1500, 2, 10, 10),
+         append(3000, 20)],                                   # wm 2 s: first seen
+        [fetch(3500, 2, 20, 20), append(6000, 30)],          # wm 5 s: pending
+        [fetch(6500, 2, 30, 30), append(14000, 40)],         # wm 13 s: 10 s since 2 s
+        [append(50000, 50)],                                 # wm 49 s: shrink at 45 s
+        [append(52000, 60)],                                 # wm 51 s: pending
+    ]
+    sent, metrics, offset = [], [], 0
+    for events in batches:
+        out = process(p, bucket, [pack(events, first_offset=offset)])
+        offset += len(events)
+        bucket = p.restore(p.save(bucket))  # the throttle's state survives a restart
+        sent.append([(s["ts"] - T0, s["isr"]) for s in of_kind(out, "partition_state")])
+        metrics.append([(s["ts"] - T0, s["isr"]) for r in out if r.kind == "partition_metrics"
+                        for s in json.loads(r.value)])
+    assert sent == [[(1500, [1, 2])], [], [(6500, [1, 2])], [(45000, [1])], []]
+    assert metrics == [[(1500, [1, 2])], [(3500, [1, 2])], [(6500, [1, 2])], [(45000, [1])],
+                       [(50000, [1])]]
+    out = process(p, bucket, [end_of_run()])
+    assert [(s["ts"] - T0, s["isr"]) for s in of_kind(out, "partition_state")] == [(50000, [1])]
+    assert of_kind(process(p, bucket, [end_of_run()]), "partition_state") == []  # nothing pending
+
+
+def test_touched_partitions_are_those_with_an_event_or_a_change():
+    touched = StateThrottle()
+    engine = LocalEngine(MonitorSettings(), listeners=[touched])
+    engine.apply_in_order([leader(0), leader(0, partition=1), append(10, 5)])
+    assert touched.take_touched() == [("default", "orders", 0), ("default", "orders", 1)]
+    engine.advance_all(T0 + 60000, inclusive=False)  # partition 0's followers never fetched
+    assert touched.take_touched() == [("default", "orders", 0), ("default", "orders", 1)]
+    assert touched.take_touched() == []

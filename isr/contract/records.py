@@ -16,7 +16,11 @@ from isr.contract.decisions import (Alert, DeadLetter, IsrChange, IsrPropagation
 
 SUMMARY = "summary"  # end of a bounded input: a bucket's model statistics
 WATERMARK = "watermark"  # the watermark a bucket reached in the batch (ts)
-INTERNAL_KINDS = frozenset({SUMMARY, WATERMARK})
+# The states of every partition a bucket's batch touched, as a JSON list of
+# partition_state objects: the metrics' feed, whatever output.state_interval_ms
+# lets through to the state topic.
+PARTITION_METRICS = "partition_metrics"
+INTERNAL_KINDS = frozenset({SUMMARY, WATERMARK, PARTITION_METRICS})
 
 
 class OutputRecord(NamedTuple):

@@ -5,7 +5,8 @@ The engine drives each partition's model under each policy; after each step
 it tells every listener what happened, in this order for one event: each ISR
 change the checks before the event committed (`on_change`), time passed up to
 the event (`on_advance`), each ISR change the event itself caused
-(`on_change`), then the event (`on_event`, with the model's outcome). `on_time` says that every partition
+(`on_change`), then the event (`on_event`, with the model's outcome). A
+broker event reaches every partition of its cluster (`on_broker`). `on_time` says that every partition
 has reached an instant (the watermark, or the end of a bounded input).
 Listeners may append their own output records to `out`. A listener that
 keeps state between batches implements `to_state` / `from_state`; the
@@ -29,6 +30,10 @@ class Listener:
     def on_event(self, model, event, outcome: Optional[tuple[str, str]], out: list) -> None:
         """The model took the event: outcome None (applied), or (ignored|rejected, reason)."""
 
+    def on_broker(self, model, event, out: list) -> None:
+        """The model took a broker event of its cluster (its ts moved to the
+        event's; any ISR change it caused came through on_change first)."""
+
     def on_time(self, until: int, inclusive: bool, out: list) -> None:
         """Every partition has reached `until`."""
 
@@ -44,21 +49,3 @@ def hooks(listeners: list[Listener], name: str) -> list:
     calls only these, so an unused hook costs nothing per event)."""
     base = getattr(Listener, name)
     return [getattr(l, name) for l in listeners if getattr(type(l), name) is not base]
-
-
-class TouchedPartitions(Listener):
-    """Which partitions changed since the last `take()`: the stream writes a
-    partition_state record for each."""
-
-    def __init__(self) -> None:
-        self.touched: set[tuple] = set()
-
-    def on_change(self, model, change, out: list) -> None:
-        self.touched.add(model.key)
-
-    def on_event(self, model, event, outcome, out: list) -> None:
-        self.touched.add(model.key)
-
-    def take(self) -> list[tuple]:
-        touched, self.touched = self.touched, set()
-        return sorted(touched)

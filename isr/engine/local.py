@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Optional
 
 from isr.config import MonitorSettings
+from isr.contract.decode import Rejection, decode
 from isr.contract.decisions import PartitionState
 from isr.engine.listeners import Listener, hooks
 from isr.engine.sequencer import Sequencer
@@ -84,6 +85,7 @@ class LocalEngine:
         self._on_advance = hooks(self.listeners, "on_advance")
         self._on_change = hooks(self.listeners, "on_change")
         self._on_event = hooks(self.listeners, "on_event")
+        self._on_broker_hooks = hooks(self.listeners, "on_broker")
         self._on_time = hooks(self.listeners, "on_time")
 
     def listener(self, kind: type) -> Optional[Listener]:
@@ -94,12 +96,18 @@ class LocalEngine:
         """Offer one validated event; it is applied once the watermark passes it.
         Returns `late` or `future` at once, else `applied`; a model rejection of
         the event once released goes to `on_reject`."""
+        return self.submit_raw(event.ts, event, seq, origin)
+
+    def submit_raw(self, ts: int, event, seq: int, origin: Any = None) -> Outcome:
+        """`submit` for an event that may still be its raw JSON bytes, already
+        validated (the Spark job's packing stage did): it is decoded only when
+        released, and until then a saved state keeps the bytes as they are."""
         sequencer = self.sequencer
-        verdict = sequencer.offer(event.ts, seq, event, origin)
+        verdict = sequencer.offer(ts, seq, event, origin)
         if verdict is not None:
-            return Outcome(verdict, sequencer.refusal(verdict, event.ts))
-        if event.ts > self.max_ts:
-            self.max_ts = event.ts
+            return Outcome(verdict, sequencer.refusal(verdict, ts))
+        if ts > self.max_ts:
+            self.max_ts = ts
         if len(sequencer.queued) >= sequencer.release_at:
             self._run(sequencer.release())
         return APPLIED
@@ -132,6 +140,12 @@ class LocalEngine:
     def _run(self, ready: list) -> None:
         apply, on_reject = self.apply, self.on_reject
         for _ts, _seq, event, origin in ready:
+            if event.__class__ is bytes:  # queued raw (submit_raw)
+                event = decode(event)
+                if isinstance(event, Rejection):  # validated before: only if the contract changed
+                    if on_reject is not None:
+                        on_reject(origin, event.reason)
+                    continue
             outcome = apply(event)
             if outcome.status == "rejected" and on_reject is not None:
                 on_reject(origin, outcome.reason)
@@ -219,6 +233,8 @@ class LocalEngine:
                                      brokers, self._scratch)
                 if self._scratch:
                     self._dispatch(m)
+                for hook in self._on_broker_hooks:
+                    hook(m, event, self.decisions)
 
     def advance_all(self, until: int, inclusive: bool) -> None:
         """Checks (and listeners' time) for every partition, also those without

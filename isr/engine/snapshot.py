@@ -37,11 +37,18 @@ def _jsonable(origin: Any) -> Any:
     return origin
 
 
-def snapshot(engine: LocalEngine) -> bytes:
-    """Origins of queued events must be JSON-able (or tuples with bytes)."""
+def _text(event) -> str:
+    """A queued event as JSON text: as it arrived if still raw (submit_raw)."""
+    return event.decode() if event.__class__ is bytes else encode(event).decode()
+
+
+def snapshot(engine: LocalEngine, with_queue: bool = True) -> bytes:
+    """Origins of queued events must be JSON-able (or tuples with bytes).
+    `with_queue=False`: without the events queued for the watermark, which
+    the caller keeps itself (`queued_raw`), in a form cheaper than JSON."""
     seq = engine.sequencer
-    queued = [[ts, s, encode(ev).decode(), _jsonable(origin)]
-              for ts, s, ev, origin in seq.queued]
+    queued = [[ts, s, _text(ev), _jsonable(origin)]
+              for ts, s, ev, origin in seq.queued] if with_queue else []
     return orjson.dumps({
         "v": VERSION,
         "policies": engine.policies,
@@ -55,9 +62,20 @@ def snapshot(engine: LocalEngine) -> bytes:
     })
 
 
+def queued_raw(engine: LocalEngine) -> list[tuple]:
+    """The events queued for the watermark as (ts, seq, raw JSON bytes,
+    origin): what `snapshot(with_queue=False)` leaves out, to be given back
+    to `restore(queued=...)`. Raw events stay as they arrived."""
+    return [(ts, s, ev if ev.__class__ is bytes else encode(ev), origin)
+            for ts, s, ev, origin in engine.sequencer.queued]
+
+
 def restore(monitor: MonitorSettings, blob: bytes,
             on_reject: Optional[Callable[[Any, str], None]] = None,
-            external_watermark: bool = False, listeners=None) -> LocalEngine:
+            external_watermark: bool = False, listeners=None,
+            queued: Optional[list[tuple]] = None) -> LocalEngine:
+    """`queued`: the queue kept apart (`queued_raw`), if the snapshot was
+    taken without it; its events are decoded when released."""
     data = orjson.loads(blob)
     if data.get("v") != VERSION:
         raise StateVersionError(
@@ -73,14 +91,16 @@ def restore(monitor: MonitorSettings, blob: bytes,
         models = (PartitionModel.from_list(rules, row) for row in rows)
         engine.partitions[policy] = {m.key: m for m in models}
     engine.brokers = {c: Brokers.from_list(rows) for c, rows in data["brokers"].items()}
-    max_ts, queued, external = data["sequencer"]
+    max_ts, in_snapshot, external = data["sequencer"]
     engine.sequencer.max_ts = max_ts
     engine.sequencer.external_watermark = external
-    for ts, seq, raw, origin in queued:
+    for ts, seq, raw, origin in in_snapshot:
         event = decode(raw)
         if isinstance(event, Rejection):  # only if the contract itself changed
             raise StateVersionError(f"a queued event no longer validates: {event.reason}")
         engine.sequencer.queued.append((ts, seq, event, origin))
+    if queued is not None:
+        engine.sequencer.queued.extend(queued)
     engine.max_ts = data["max_ts"]
     engine.ignored = Counter(data["ignored"])
     states = data["listeners"]

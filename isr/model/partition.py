@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from isr.contract.decisions import FollowerView, IsrChange, PartitionState, ReplicaDetail
+from isr.contract.decisions import IsrChange, PartitionState, ReplicaDetail
 from isr.model.brokers import Brokers
 from isr.model.follower import Follower
 from isr.model.health import isr_health
@@ -388,25 +388,30 @@ class PartitionModel:
         return self.under_min_ms + max(0, open_ms)
 
     # ------------------------------------------------------------ views
-    def view(self) -> PartitionState:
+    def state_fields(self) -> dict:
+        """The partition's state as plain values, by PartitionState's field
+        names: the partition_state record (`view`) and the metrics' feed."""
         isr, leader_leo, now = self.isr, self.leader_leo, self.ts
-        min_isr = self.min_isr
         followers = [
-            FollowerView(replica=r, leo=f.leo, lag_ms=lag_ms(f, leader_leo, now),
-                         last_caught_up_ts=f.last_caught_up_ts,
-                         last_fetch_ts=f.last_fetch_ts, in_isr=r in isr)
+            {"replica": r, "leo": f.leo, "lag_ms": lag_ms(f, leader_leo, now),
+             "last_caught_up_ts": f.last_caught_up_ts, "last_fetch_ts": f.last_fetch_ts,
+             "in_isr": r in isr}
             for r, f in sorted(self.followers.items())
         ]
         under_min, at_min, _alone, under_replicated = isr_health(isr, self.leader,
-                                                                 len(self.replicas), min_isr)
-        return PartitionState(
-            cluster=self.cluster, topic=self.topic, partition=self.partition, ts=now,
-            leader=self.leader, leader_epoch=self.leader_epoch, replicas=list(self.replicas),
-            isr=list(isr), hw=self.hw, leader_leo=leader_leo,
-            under_replicated=under_replicated, under_min_isr=under_min, at_min_isr=at_min,
-            min_insync_replicas=min_isr, policy=self.rules.policy,
-            followers=followers, bootstrap=self.bootstrap,
-        )
+                                                                 len(self.replicas), self.min_isr)
+        return {
+            "type": "partition_state", "cluster": self.cluster, "topic": self.topic,
+            "partition": self.partition, "ts": now, "leader": self.leader,
+            "leader_epoch": self.leader_epoch, "replicas": list(self.replicas),
+            "isr": list(isr), "hw": self.hw, "leader_leo": leader_leo,
+            "under_replicated": under_replicated, "under_min_isr": under_min,
+            "at_min_isr": at_min, "min_insync_replicas": self.min_isr,
+            "policy": self.rules.policy, "followers": followers, "bootstrap": self.bootstrap,
+        }
+
+    def view(self) -> PartitionState:
+        return PartitionState.model_validate(self.state_fields())
 
     # ------------------------------------------------------------ state store
     _SCALARS = ("leader", "leader_epoch", "leader_epoch_start_offset", "hw", "leader_leo",

@@ -123,22 +123,27 @@ def packed(df, settings: Settings, live: bool):
                          PACKED_SCHEMA)
 
 
-def decisions_stream(spark, settings: Settings, source_df, live: bool = True):
+def decisions_stream(spark, settings: Settings, source_df, live: bool = True,
+                     partition_metrics: bool = False):
+    """`partition_metrics`: the buckets also report every touched partition
+    for the metrics (records.PARTITION_METRICS)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     return packed(source_df, settings, live).groupBy("bucket").applyInPandasWithState(
-        make_state_function(settings.monitor, bucket_labels(settings.stream.state_buckets)),
+        make_state_function(settings.monitor, bucket_labels(settings.stream.state_buckets),
+                            settings.output.state_interval_ms, partition_metrics),
         SPARK_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
 
 
 def start(spark, settings: Settings, write_batch: Callable, source_df=None,
-          trigger: Optional[dict] = None, checkpoint: Optional[str] = None, live: bool = True):
+          trigger: Optional[dict] = None, checkpoint: Optional[str] = None, live: bool = True,
+          partition_metrics: bool = False):
     """Start the query; `write_batch(batch_id, records)` receives each
     micro-batch's output records (OutputRecord) on the driver. `live`: the
     input is a live stream (future times are judged by the batch's clock);
     a replay of files judges them by event time before (replay_spark.py)."""
     source_df = read_source(spark, settings) if source_df is None else source_df
-    out = decisions_stream(spark, settings, source_df, live)
+    out = decisions_stream(spark, settings, source_df, live, partition_metrics)
 
     def each_batch(df, batch_id: int) -> None:
         write_batch(batch_id, [OutputRecord(*r) for r in df.collect()])
@@ -191,7 +196,7 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
             if deliverer is not None:
                 metrics.observe_delivery(deliverer.counts, deliverer.outbox_size)
 
-    query = start(spark, settings, write, trigger=trigger)
+    query = start(spark, settings, write, trigger=trigger, partition_metrics=metrics is not None)
     sink.bind(query.id)  # the checkpoint's id: the same across restarts from it
     return query
 

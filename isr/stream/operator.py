@@ -22,18 +22,19 @@ import pickle
 import zlib
 from typing import Iterator, Optional, Sequence
 
+import orjson
+
 from isr.config import MonitorSettings
-from isr.contract import decode
 from isr.contract.decisions import DeadLetter
-from isr.contract.records import SUMMARY, WATERMARK, OutputRecord, to_record
+from isr.contract.records import PARTITION_METRICS, SUMMARY, WATERMARK, OutputRecord, to_record
 from isr.engine import snapshot
-from isr.engine.listeners import TouchedPartitions
 from isr.engine.local import LocalEngine, standard_listeners
 from isr.engine.sequencer import LATE
 from isr.engine.summary import model_stats
 from isr.errors import CheckpointError
 from isr.gc_tuning import fewer_gc_passes
-from isr.stream.packing import PACK_COLUMNS, hold_of, unpack
+from isr.stream.packing import END_OF_RUN, PACK_COLUMNS, hold_of, unpack
+from isr.stream.throttle import StateThrottle
 
 STATE_SCHEMA = "engine binary"
 
@@ -44,7 +45,7 @@ class Bucket:
 
     __slots__ = ("engine", "touched", "layout")
 
-    def __init__(self, engine: LocalEngine, touched: TouchedPartitions,
+    def __init__(self, engine: LocalEngine, touched: StateThrottle,
                  layout: Optional[tuple[int, int]] = None) -> None:
         self.engine, self.touched, self.layout = engine, touched, layout
 
@@ -70,34 +71,46 @@ class BucketProcessor:
     """What one call of the stateful function does, without Spark types, so
     it can be tested and benchmarked on its own."""
 
-    def __init__(self, monitor: MonitorSettings) -> None:
+    def __init__(self, monitor: MonitorSettings, state_interval_ms: int = 0,
+                 partition_metrics: bool = False) -> None:
+        """`state_interval_ms`: output.state_interval_ms (throttle.py);
+        `partition_metrics`: also report every touched partition's state to
+        the metrics each batch, in one record per bucket."""
         self.monitor = monitor
         self.several = len(monitor.policy) > 1
+        self.state_interval_ms = state_interval_ms
+        self.partition_metrics = partition_metrics
 
     def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None) -> Bucket:
         """A bucket from its state (None: a new one). `layout` (index, buckets)
         must be the one the state was saved with."""
-        touched = TouchedPartitions()
+        touched = StateThrottle(self.state_interval_ms)
         listeners = standard_listeners(self.monitor) + [touched]
         if blob is None:
             engine = LocalEngine(self.monitor, listeners=listeners, external_watermark=True)
             return Bucket(engine, touched, layout)
         state = pickle.loads(zlib.decompress(blob))
-        if len(state) != 2 or state[0] != layout:
-            found = state[0] if len(state) in (2, 4) else "without a layout"
+        # (layout, snapshot, queue); before the queue was kept apart: (layout, snapshot)
+        if len(state) not in (2, 3) or state[0] != layout:
+            found = state[0] if len(state) in (2, 3, 4) else "without a layout"
             raise layout_error(found, layout[1] if layout else 0)
         try:
             engine = snapshot.restore(self.monitor, state[1], listeners=listeners,
-                                      external_watermark=True)
+                                      external_watermark=True,
+                                      queued=state[2] if len(state) == 3 else None)
         except snapshot.StateVersionError as exc:
             raise version_error(exc) from None
         return Bucket(engine, touched, layout)
 
     @staticmethod
     def save(bucket: Bucket) -> bytes:
-        # Our own state store entry (never untrusted input), hence pickle.
-        return zlib.compress(pickle.dumps((bucket.layout, snapshot.snapshot(bucket.engine)),
-                                          protocol=5), 1)
+        # Our own state store entry (never untrusted input), hence pickle. The
+        # queue (every event of the allowed lateness, saved again each batch)
+        # is pickled as raw bytes: no JSON escaping, no decoding on restore.
+        engine = bucket.engine
+        return zlib.compress(pickle.dumps(
+            (bucket.layout, snapshot.snapshot(engine, with_queue=False),
+             snapshot.queued_raw(engine)), protocol=5), 1)
 
     def process(self, bucket_id: int, bucket: Bucket, table, hold: Optional[int]
                 ) -> list[OutputRecord]:
@@ -110,9 +123,11 @@ class BucketProcessor:
         engine = bucket.engine
         dead: list[DeadLetter] = []
         end_ts = None
+        flush = False
         cols = {name: table.column(name).to_pylist() for name in PACK_COLUMNS}
         sources, offsets, reasons = cols["source"], cols["offset"], cols["reason"]
-        submit = engine.submit
+        ts_of = cols["ts"]
+        submit = engine.submit_raw
         for i, value in enumerate(cols["value"]):
             end = cols["end_ts"][i]
             if end is not None:
@@ -122,8 +137,12 @@ class BucketProcessor:
                 dead.append(DeadLetter.of(sources[i], offsets[i], value, reasons[i],
                                           cols["reason_class"][i]))
                 continue
+            if value == END_OF_RUN:  # packed as such only from the source's own row
+                flush = True
+                continue
             origin = (sources[i], offsets[i], value)
-            outcome = submit(decode(value), cols["seq"][i], origin)
+            # Validated by the packing stage: decoded when the watermark releases it.
+            outcome = submit(ts_of[i], value, cols["seq"][i], origin)
             if outcome.status == LATE:
                 dead.append(DeadLetter.of(*origin, outcome.reason, LATE))
         engine.on_reject = lambda origin, reason: dead.append(
@@ -133,14 +152,22 @@ class BucketProcessor:
                 engine.finish(until=end_ts)
                 stats = OutputRecord(SUMMARY, str(bucket_id), f"summary/{bucket_id}", end_ts,
                                      json.dumps(model_stats(engine)))
-                return self._emit(engine, engine.states(), dead, stats)
+                bucket.touched.take_touched()
+                bucket.touched.all_sent(engine.models(), engine.max_ts)
+                return self._emit(engine, engine.states(), dead, [stats])
             if hold is not None:
                 engine.advance_watermark(hold - self.monitor.allowed_lateness_ms)
-            touched = [m.view() for key in bucket.touched.take()
-                       for m in self._models(engine, key)]
             wm = bucket.watermark
-            return self._emit(engine, touched, dead, OutputRecord(
-                WATERMARK, str(bucket_id), f"watermark/{bucket_id}", wm, ""))
+            internal = [OutputRecord(WATERMARK, str(bucket_id), f"watermark/{bucket_id}", wm, "")]
+            models_of = lambda key: self._models(engine, key)  # noqa: E731
+            touched = bucket.touched.take_touched()
+            if self.partition_metrics and touched:
+                internal.append(OutputRecord(
+                    PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
+                    orjson.dumps([m.state_fields() for key in touched
+                                  for m in models_of(key)]).decode()))
+            states = [m.view() for m in bucket.touched.due(models_of, wm, flush)]
+            return self._emit(engine, states, dead, internal)
         finally:
             engine.on_reject = None
 
@@ -152,16 +179,18 @@ class BucketProcessor:
                 yield m
 
     def _emit(self, engine: LocalEngine, states: list, dead: list[DeadLetter],
-              internal: OutputRecord) -> list[OutputRecord]:
-        out = [internal, *(to_record(d, self.several) for d in engine.take_decisions())]
+              internal: list[OutputRecord]) -> list[OutputRecord]:
+        out = [*internal, *(to_record(d, self.several) for d in engine.take_decisions())]
         out.extend(to_record(s, self.several) for s in states)
         out.extend(to_record(d) for d in dead)
         return out
 
 
-def make_state_function(monitor: MonitorSettings, labels: Sequence[int]):
-    """The function for applyInPandasWithState, grouped by bucket label."""
-    settings_json = monitor.model_dump_json()
+def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
+                        state_interval_ms: int = 0, partition_metrics: bool = False):
+    """The function for applyInPandasWithState, grouped by bucket label
+    (the other arguments: BucketProcessor's)."""
+    settings_json = json.dumps([monitor.model_dump_json(), state_interval_ms, partition_metrics])
     index_of = {label: i for i, label in enumerate(labels)}
 
     def process_bucket(key, pdfs: Iterator, state) -> Iterator:
@@ -201,6 +230,7 @@ def _processor(settings_json: str) -> BucketProcessor:
     """One processor per Python worker and configuration (validated once)."""
     p = _PROCESSORS.get(settings_json)
     if p is None:
+        monitor, state_interval_ms, partition_metrics = json.loads(settings_json)
         p = _PROCESSORS[settings_json] = BucketProcessor(
-            MonitorSettings.model_validate_json(settings_json))
+            MonitorSettings.model_validate_json(monitor), state_interval_ms, partition_metrics)
     return p

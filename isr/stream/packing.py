@@ -30,6 +30,10 @@ from isr.engine.sequencer import FUTURE, future_reason, is_future
 # reported by the Python Kafka source with offset -1, its reason as the value
 # (source.py).
 END_OF_INPUT = b"\x00isr:end-of-input"
+# The last batch of an `--available-now` run (the Python Kafka source, which
+# knows it): every bucket sends its pending partition states (throttle.py).
+# Not an end of input: the events still queued for the watermark stay queued.
+END_OF_RUN = b"\x00isr:end-of-run"
 
 
 def is_end_of_input(value, partition: int) -> bool:
@@ -109,6 +113,11 @@ class Packer:
             # A file reports the line number (its key), Kafka the offset.
             where = _line(key) if partition < 0 else offset
             seq = arrival_seq(source, offset)
+            if partition < 0 and value == END_OF_RUN:  # to every bucket, like end of input
+                row = (None, seq, value, source, where, None, None, None)
+                for b in everyone:
+                    rows[b].append(row)
+                continue
             if is_end_of_input(value, partition):
                 row = (None, seq, value, source, where, None, None, _line(key))
                 for b in everyone:

@@ -16,6 +16,7 @@ from typing import Iterator, Optional
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from isr.errors import DataLossError
+from isr.stream.packing import END_OF_RUN
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -104,6 +105,14 @@ class DataLossRow(InputPartition):
 # In an end offset (the offset log keeps them, so a re-run batch reads alike):
 GAPS = "~gaps"  # {partition key: [offset to read on from, reason]}
 BEHIND = "~behind"  # [partition keys that hold more than the batch reads]
+LAST = "~last"  # true: the last batch of an available-now run (packing.END_OF_RUN)
+
+
+class EndOfRunRow(InputPartition):
+    """The record that tells every bucket this is the last batch of the run."""
+
+    def __init__(self) -> None:
+        super().__init__("end-of-run")
 
 
 def _positions(offsets: dict) -> dict[str, int]:
@@ -148,8 +157,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pick = 1 if self.starting == "latest" else 0
         return {k: v[pick] for k, v in marks.items()}
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        start = _positions(start)
+    def latestOffset(self, previous: dict, limit: ReadLimit) -> dict:
+        start = _positions(previous)
         marks = self._marks()
         gaps = self._lost(start, marks)
         ends = {k: high for k, (_low, high) in marks.items()}
@@ -164,6 +173,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lags = {k: ends[k] - begin[k] for k in ends}
             shares = share_limit(lags, limit.max_rows)
             ends = {k: begin[k] + shares[k] for k in ends}
+        if not gaps and all(ends[k] == begin[k] for k in ends):
+            # Nothing to read: the same offsets as before, flags and all, or
+            # Spark would take the dropped flags for news and run an empty batch.
+            return previous
         end = {**start, **ends}
         if gaps:
             end[GAPS] = {k: list(v) for k, v in gaps.items()}
@@ -171,6 +184,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         behind = sorted(k for k, v in ends.items() if v < full.get(k, v))
         if behind:
             end[BEHIND] = behind
+        elif self.target is not None and any(ends[k] > begin[k] for k in ends):
+            end[LAST] = True  # it reads up to the target: nothing follows
         return end
 
     def _lost(self, start: dict[str, int], marks: dict) -> dict[str, tuple[int, str]]:
@@ -217,6 +232,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end[key] > begin:
                 ranges.append(KafkaRange(topic, partition, begin, end[key], self.conf,
                                          self.outage_s, self.fail_on_data_loss, key in behind))
+        if end.get(LAST):
+            ranges.append(EndOfRunRow())
         return ranges
 
     def commit(self, end: dict) -> None:
@@ -224,6 +241,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------ data
     def read(self, partition) -> Iterator:
+        if isinstance(partition, EndOfRunRow):
+            return iter([record_batch([None], [END_OF_RUN], "isr:end-of-run", -1, [0])])
         if isinstance(partition, DataLossRow):
             return iter([record_batch([None], [partition.reason.encode()], partition.topic,
                                       partition.partition, [-1])])

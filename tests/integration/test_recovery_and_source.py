@@ -21,6 +21,7 @@ from confluent_kafka import Producer, TopicPartition
 from isr.config import load_settings
 from isr.kafka.client import consumer, end_offsets
 from isr.stream import job
+from isr.stream.packing import END_OF_RUN
 from isr.stream.sink import read_to_end
 
 pytestmark = pytest.mark.integration
@@ -141,8 +142,12 @@ def test_python_source_delivers_every_record_once_under_a_read_limit(broker, spa
     q = (df.writeStream.foreachBatch(lambda b, i: batches.append(b.collect()))
          .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
     q.awaitTermination()
-    values = [int(r.value) for batch in batches for r in batch]
+    values = [int(r.value) for batch in batches for r in batch if r.partition >= 0]
     assert sorted(values) == list(range(2000))
+    # The last batch of the available-now run, and only it, says so
+    # (packing.END_OF_RUN); no empty batch follows it.
+    ends = [(i, r.value) for i, batch in enumerate(batches) for r in batch if r.partition < 0]
+    assert ends == [(len(batches) - 1, END_OF_RUN)]
     assert max(len(b) for b in batches) <= 450 and len([b for b in batches if b]) >= 5
 
 

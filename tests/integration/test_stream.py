@@ -10,6 +10,8 @@ import pytest
 import workload
 
 from isr.config import load_settings
+from isr.contract import validate
+from isr.engine.local import LocalEngine
 from isr.replay import replay
 from isr.stream import job
 from isr.stream.replay_spark import replay_spark
@@ -82,6 +84,42 @@ def test_end_to_end_kafka_in_kafka_out_equals_local_replay(broker, spark, tmp_pa
         states[(st["topic"], st["partition"])] = st
     assert set(states) == {("orders", p) for p in range(4)}
     assert states[("orders", 1)]["isr"] == [2]
+
+
+def test_throttled_partition_state_still_ends_with_every_partitions_latest_state(
+        broker, spark, tmp_path):
+    """output.state_interval_ms longer than the run: after a partition's first
+    record only ISR changes make one go out, and the run's last batch (the
+    Python source knows it under --available-now) sends the rest. The state
+    topic then ends with exactly the state a local engine reaches at the same
+    watermark."""
+    s = settings_for(broker, tmp_path, "output.state_interval_ms=600000",
+                     "input.max_offsets_per_trigger=150")
+    topic = s.input.topics[0]
+    broker.create_topics([topic], 1)
+    events = workload.events()
+    workload.produce(broker.bootstrap, topic, [json.dumps(e).encode() for e in events])
+    job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
+
+    engine = LocalEngine(s.monitor)
+    for seq, e in enumerate(events):
+        engine.submit(validate(e), seq)
+    engine.advance_watermark()
+    expected = {(m.topic, m.partition): json.loads(m.view().model_dump_json())
+                for m in engine.models()}
+    written = records(broker, s.output.state_topic)
+    latest = {(st["topic"], st["partition"]): st for st in written}
+    assert latest == expected
+    # Throttled: a partition's first state, one per change of its ISR or
+    # leader, and its last at the end of the run; not one per batch.
+    batches = -(-len(events) // 150)
+    assert len(written) < 4 * batches / 2
+    for part in range(4):
+        mine = [(st["isr"], st["leader"]) for st in written if st["partition"] == part]
+        assert all(a != b for a, b in zip(mine[:-2], mine[1:-1]))
+    for c in records(broker, s.output.changes_topic):  # each ISR change went out at once
+        assert any(st["partition"] == c["partition"] and st["isr"] == c["isr_after"]
+                   for st in written)
 
 
 def test_late_events_are_dead_lettered_and_later_events_still_decided(broker, spark, tmp_path):

@@ -1,0 +1,88 @@
+"""Which partitions get a `partition_state` record in a micro-batch
+(`output.state_interval_ms`).
+
+A partition is *pending* from the first change to its model after its last
+record (an event applied, an ISR change). A pending partition's record goes
+out at once when its ISR, leader, leader epoch or min-ISR status differ from
+its last record's; otherwise once `interval_ms` of event time (the bucket's
+watermark) has passed since its last record. So the compacted state topic
+never trails a partition's membership, and at 100 k busy partitions it gets
+one record per partition per interval instead of one per batch. A bounded
+input ends with every partition's state (the operator's end of input), and
+`flush` sends every pending one (the last batch of `--available-now`).
+
+The metrics are fed every touched partition of every batch apart from this
+(operator.py), never from the throttled records.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from isr.engine.listeners import Listener
+from isr.model.health import isr_health
+
+
+def membership(model) -> list:
+    """What makes a record go out at once when it differs from the last one's."""
+    under_min, at_min = isr_health(model.isr, model.leader, len(model.replicas),
+                                   model.min_isr)[:2]
+    return [list(model.isr), model.leader, model.leader_epoch, under_min, at_min]
+
+
+class StateThrottle(Listener):
+    name = "partition_state"
+
+    def __init__(self, interval_ms: int = 0) -> None:
+        self.interval_ms = interval_ms
+        self.pending: set[tuple] = set()  # (cluster, topic, partition)
+        self.touched: set[tuple] = set()  # changed in this batch (for the metrics)
+        # (policy, cluster, topic, partition) -> [watermark when sent, membership]
+        self.sent: dict[tuple, list] = {}
+
+    def on_change(self, model, change, out: list) -> None:
+        self.touched.add(model.key)
+
+    def on_event(self, model, event, outcome, out: list) -> None:
+        self.touched.add(model.key)
+
+    def on_broker(self, model, event, out: list) -> None:
+        self.touched.add(model.key)
+
+    def take_touched(self) -> list[tuple]:
+        """The partitions changed since the last call, sorted; they are pending now."""
+        touched, self.touched = self.touched, set()
+        self.pending |= touched
+        return sorted(touched)
+
+    def due(self, models_of, now: int, flush: bool = False) -> list:
+        """The models whose partition_state goes out now (`models_of(key)`:
+        a partition's model under each policy); `flush`: every pending one."""
+        out = []
+        for key in sorted(self.pending):
+            models = list(models_of(key))
+            if flush or self.interval_ms <= 0 or any(self._due(m, now) for m in models):
+                self.pending.discard(key)
+                for m in models:
+                    self.sent[(m.rules.policy, *key)] = [now, membership(m)]
+                out.extend(models)
+        return out
+
+    def _due(self, model, now: int) -> bool:
+        last = self.sent.get((model.rules.policy, *model.key))
+        return (last is None or now >= last[0] + self.interval_ms
+                or last[1] != membership(model))
+
+    def all_sent(self, models: Iterable, now: int) -> None:
+        """Every model's state went out (the end of a bounded input)."""
+        self.pending.clear()
+        for m in models:
+            self.sent[(m.rules.policy, *m.key)] = [now, membership(m)]
+
+    def to_state(self) -> list:
+        return [sorted(self.pending), [[*k, *v] for k, v in sorted(self.sent.items())]]
+
+    def from_state(self, state: list) -> None:
+        pending, sent = state
+        self.pending = {tuple(k) for k in pending}
+        self.sent = {tuple(row[:4]): [row[4], row[5]] for row in sent}
