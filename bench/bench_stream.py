@@ -60,7 +60,7 @@ def bench_stateful(args) -> None:
                                     f"stream.state_store={args.state_store}",
                                     "monitor.allowed_lateness_ms=5000",
                                     f"monitor.alerts.enabled={str(not args.no_alerts).lower()}"])
-    spark = spark_session(settings, "local[2]", "isr-bench")
+    spark = spark_session(settings, args.master, "isr-bench")
     spark.dataSource.register(LinesDataSource)
     df = (spark.readStream.format("isr_lines").option("paths", json.dumps([path]))
           .option("end_ts", "0").option("maxOffsetsPerTrigger", str(args.batch)).load()
@@ -80,7 +80,8 @@ def bench_stateful(args) -> None:
                                            "stateMemory", "customMetrics")}
                    for o in p["stateOperators"]])
     print(f"stateful{' (alerts off)' if args.no_alerts else ''}: {args.events} events, "
-          f"{args.partitions} partitions, {args.buckets} "
+          f"{args.partitions} partitions, {args.master}, "
+          f"{spark.conf.get('spark.sql.shuffle.partitions')} "
           f"buckets, {batches} batches of <= {args.batch}: {rate:,.0f} events/s in warm "
           f"batches; {args.events / wall:,.0f} events/s over {wall:.1f} s incl. start-up; "
           f"{counts['rows']} output rows")
@@ -117,7 +118,7 @@ def bench_e2e(args) -> None:
             f"kafka.bootstrap_servers={broker.bootstrap}", f"stream.state_buckets={args.buckets}",
             f"stream.checkpoint_location={work}/ck", f"stream.state_store={args.state_store}",
             f"input.max_offsets_per_trigger={args.batch}"])
-        spark = spark_session(settings, "local[2]", "isr-bench")
+        spark = spark_session(settings, args.master, "isr-bench")
         started = time.perf_counter()
         q = run_to_kafka(settings, spark=spark, trigger={"availableNow": True})
         q.awaitTermination()
@@ -169,7 +170,7 @@ def bench_latency(args) -> None:
             f"stream.state_store={args.state_store}",
             f"monitor.allowed_lateness_ms={args.lateness}",
             "monitor.replica_lag_time_max_ms=10000", "input.starting_offsets=latest"])
-        spark = spark_session(settings, "local[2]", "isr-bench")
+        spark = spark_session(settings, args.master, "isr-bench")
         q = run_to_kafka(settings, spark=spark)
         time.sleep(15)  # let the first (empty) batches and the Python workers start
         # A simulated cluster in real time: per partition, a produce every 50 ms
@@ -237,7 +238,8 @@ def main() -> None:
     ap.add_argument("mode", choices=["stateful", "e2e", "latency"])
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--partitions", type=int, default=5000)
-    ap.add_argument("--buckets", type=int, default=4)
+    ap.add_argument("--buckets", default="4", help='stream.state_buckets (a number or "auto")')
+    ap.add_argument("--master", default="local[2]")
     ap.add_argument("--batch", type=int, default=500_000, help="max events per micro-batch")
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--seconds", type=int, default=60)

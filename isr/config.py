@@ -12,7 +12,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal, Optional
+from typing import Annotated, Any, Iterable, Literal, Optional, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
                       create_model, field_validator, model_validator)
@@ -267,8 +267,10 @@ class StreamSettings(_Section):
     master: SparkMaster = "local[2]"
     trigger_interval: Interval = "1 second"
     checkpoint_location: str = "checkpoints/isr-monitor"
-    # State keys: each holds the leader models of many partitions.
-    state_buckets: Annotated[int, Field(ge=1, le=4096)] = 4
+    # State keys: each holds the leader models of many partitions. "auto": one
+    # per core of the job (Spark's default parallelism), or what an existing
+    # checkpoint was written with.
+    state_buckets: Union[Literal["auto"], Annotated[int, Field(ge=1, le=4096)]] = "auto"
     # Spark's state store: "rocksdb" or "hdfs" (in-memory map + delta files).
     state_store: Literal["rocksdb", "hdfs"] = "rocksdb"
     query_name: str = "isr-monitor"

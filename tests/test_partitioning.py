@@ -26,3 +26,30 @@ def test_label_i_goes_to_shuffle_partition_i(buckets):
     labels = bucket_labels(buckets)
     assert len(set(labels)) == buckets
     assert [shuffle_partition(label, buckets) for label in labels] == list(range(buckets))
+
+
+# An offset log entry as Spark's OffsetSeqLog writes it: a version line, the
+# batch metadata (OffsetSeqMetadata, with the confs a checkpoint pins), then
+# one offset per source (this one the Python Kafka source's).
+OFFSET_ENTRY = (
+    'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1763950000000,"conf":{'
+    '"spark.sql.streaming.stateStore.providerClass":"org.apache.spark.sql.execution.streaming.'
+    'state.RocksDBStateStoreProvider","spark.sql.shuffle.partitions":"3"}}\n'
+    '{"isr.in/0":450}\n')
+
+
+def test_an_existing_checkpoint_keeps_its_bucket_count_and_a_new_one_has_none(tmp_path):
+    from isr.stream.buckets import checkpoint_buckets, from_offset_entry, resolve
+
+    assert from_offset_entry(OFFSET_ENTRY) == 3
+    assert from_offset_entry("not an offset log entry") is None
+    offsets = tmp_path / "ck" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / "0").write_text(OFFSET_ENTRY.replace('"3"', '"5"'))
+    (offsets / "1").write_text(OFFSET_ENTRY)
+    (offsets / ".1.crc").write_text("")
+    assert checkpoint_buckets(None, str(tmp_path / "ck")) == 3  # the latest entry
+    assert checkpoint_buckets(None, f"file://{tmp_path / 'ck'}") == 3
+    assert checkpoint_buckets(None, str(tmp_path / "new")) is None
+    assert resolve(None, "auto", str(tmp_path / "ck")) == 3
+    assert resolve(None, 7, str(tmp_path / "ck")) == 7  # a number is taken as it is

@@ -18,6 +18,7 @@ from isr.config import Settings
 from isr.contract.records import SPARK_SCHEMA, OutputRecord
 from isr.stream.operator import STATE_SCHEMA, make_state_function
 from isr.stream.packing import PACKED_SCHEMA, make_packer
+from isr.stream.buckets import AUTO, SHUFFLE_PARTITIONS, resolve
 from isr.stream.partitioning import bucket_labels
 
 KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13"
@@ -36,8 +37,9 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
+    if settings.stream.state_buckets != AUTO:
+        builder = builder.config(SHUFFLE_PARTITIONS, str(settings.stream.state_buckets))
     builder = (builder
-               .config("spark.sql.shuffle.partitions", str(settings.stream.state_buckets))
                .config("spark.sql.streaming.stateStore.providerClass",
                        STATE_STORE_PROVIDERS[settings.stream.state_store])
                .config("spark.ui.enabled", os.environ.get("ISR_SPARK_UI", "false"))
@@ -142,6 +144,11 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
     micro-batch's output records (OutputRecord) on the driver. `live`: the
     input is a live stream (future times are judged by the batch's clock);
     a replay of files judges them by event time before (replay_spark.py)."""
+    checkpoint = checkpoint or settings.stream.checkpoint_location
+    buckets = resolve(spark, settings.stream.state_buckets, checkpoint)
+    spark.conf.set(SHUFFLE_PARTITIONS, str(buckets))  # one task per bucket
+    settings = settings.model_copy(update={
+        "stream": settings.stream.model_copy(update={"state_buckets": buckets})})
     source_df = read_source(spark, settings) if source_df is None else source_df
     out = decisions_stream(spark, settings, source_df, live, partition_metrics)
 
@@ -151,7 +158,7 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
     trigger = trigger or {"processingTime": settings.stream.trigger_interval}
     return (out.writeStream.foreachBatch(each_batch)
             .queryName(settings.stream.query_name)
-            .option("checkpointLocation", checkpoint or settings.stream.checkpoint_location)
+            .option("checkpointLocation", checkpoint)
             .trigger(**trigger)
             .start())
 

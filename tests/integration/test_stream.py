@@ -13,7 +13,7 @@ from isr.config import load_settings
 from isr.contract import validate
 from isr.engine.local import LocalEngine
 from isr.replay import replay
-from isr.stream import job
+from isr.stream import buckets, job
 from isr.stream.replay_spark import replay_spark
 from isr.stream.sink import read_to_end
 
@@ -214,3 +214,27 @@ def test_every_bucket_gets_its_own_stateful_task(spark, buckets):
     ints = spark.range(-300, 300).select(F.col("id").cast("int").alias("i"))
     assert {r.i: r.h for r in ints.select("i", F.hash("i").alias("h")).collect()} == {
         i: spark_hash_int(i) for i in range(-300, 300)}
+
+
+def test_auto_buckets_follow_the_cores_but_keep_an_existing_checkpoints_count(
+        broker, spark, tmp_path):
+    """stream.state_buckets = auto: a new checkpoint gets one bucket per core
+    (local[2]: 2); one written with 3 buckets restarts with 3, not with a
+    layout error."""
+    s = settings_for(broker, tmp_path, "stream.state_buckets=3")
+    topic = s.input.topics[0]
+    broker.create_topics([topic], 1)
+    events = [json.dumps(e).encode() for e in workload.events(seconds=30, partitions=2)]
+    workload.produce(broker.bootstrap, topic, events[:len(events) // 2])
+    job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
+    auto = s.model_copy(update={"stream": s.stream.model_copy(update={"state_buckets": "auto"})})
+    checkpoint = auto.stream.checkpoint_location
+    assert buckets.resolve(spark, "auto", checkpoint) == 3
+    workload.produce(broker.bootstrap, topic, events[len(events) // 2:])
+    q = job.run_to_kafka(auto, spark=spark, trigger={"availableNow": True})
+    q.awaitTermination()
+    assert q.exception() is None
+    # Partition 0's stuck follower and partition 1's stalled one, each once.
+    assert sorted((c["partition"], c["ts"] - workload.T0, c["replicas"]) for c in
+                  records(broker, s.output.changes_topic)) == [(0, 25000, [3]), (1, 25000, [4])]
+    assert buckets.resolve(spark, "auto", str(tmp_path / "new")) == 2  # local[2]
