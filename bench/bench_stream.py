@@ -35,13 +35,14 @@ import orjson  # noqa: E402
 from gen import stream  # noqa: E402
 
 from isr.config import load_settings  # noqa: E402
+from isr.stream.progress import input_records  # noqa: E402
 
 
 def _progress_rate(query) -> tuple[float, int]:
     """(events/s over warm batches, batches) from the query's progress reports."""
-    reports = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    reports = [p for p in query.recentProgress if input_records(p) > 0]
     warm = reports[1:] or reports  # the first batch pays for JIT and worker start
-    rows = sum(p["numInputRows"] for p in warm)
+    rows = sum(input_records(p) for p in warm)
     ms = sum(p["durationMs"]["triggerExecution"] for p in warm)
     return (rows / (ms / 1000) if ms else 0.0), len(reports)
 
@@ -201,7 +202,7 @@ def bench_latency(args) -> None:
         stop.set()
         gen.join()
         held = sent.value / (time.time() - t0)
-        warm = [p for p in q.recentProgress if p["numInputRows"] > 0][1:]
+        warm = [p for p in q.recentProgress if input_records(p) > 0][1:]
         q.stop()
         low_high = consumer.get_watermark_offsets(changes)
         position = consumer.position([changes])[0].offset
@@ -216,7 +217,7 @@ def bench_latency(args) -> None:
                   f"{statistics.median(busy):,.0f} ms, max {max(busy):,} ms; medians (ms): "
                   + ", ".join(f"{k} {v:,.0f}" for k, v in parts.items())
                   + f", state commit {commit:,.0f}; rows p50 "
-                  f"{statistics.median(p['numInputRows'] for p in warm):,.0f}")
+                  f"{statistics.median(input_records(p) for p in warm):,.0f}")
         consumer.close()
         if latencies:
             latencies.sort()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import hmac
-import json
 import os
 import re
 import ssl
@@ -40,6 +39,7 @@ from socketserver import ThreadingMixIn
 from isr.config import MetricsSettings
 from isr.contract.records import PARTITION_METRICS, WATERMARK, OutputRecord
 from isr.model.health import isr_health
+from isr.stream.progress import input_lag, input_records
 
 P_LABELS = ("cluster", "topic", "partition", "policy")
 F_LABELS = P_LABELS + ("replica",)
@@ -277,39 +277,19 @@ class Metrics:
     def observe_progress(self, p: dict) -> None:
         """One StreamingQueryProgress (as a dict, Spark's JSON)."""
         self.batches.inc()
-        self.input_rows.inc(p.get("numInputRows", 0) or 0)
-        self.input_rate.set(p.get("inputRowsPerSecond") or 0)
-        self.processed_rate.set(p.get("processedRowsPerSecond") or 0)
+        # Records, not Spark's rows: the Python source packs many into one row.
+        records = input_records(p)
+        rows = p.get("numInputRows", 0) or 0
+        scale = records / rows if rows else 0.0
+        self.input_rows.inc(records)
+        self.input_rate.set((p.get("inputRowsPerSecond") or 0) * scale)
+        self.processed_rate.set((p.get("processedRowsPerSecond") or 0) * scale)
         self.batch_duration.set((p.get("durationMs", {}).get("triggerExecution", 0) or 0) / 1000)
         lag = [input_lag(s) for s in p.get("sources") or []]
         if lag and all(v is not None for v in lag):
             self.input_lag.set(sum(lag))
         ops = p.get("stateOperators") or []
         self.state_rows.set(sum(op.get("numRowsTotal", 0) for op in ops))
-
-
-def input_lag(source: dict) -> Optional[int]:
-    """Records between a source's end offset and the latest it saw: the Python
-    source's {"topic/partition": n} or Spark's {"topic": {"partition": n}}."""
-    def flat(text) -> Optional[dict]:
-        if not text:
-            return None
-        data = json.loads(text) if isinstance(text, str) else text
-        out = {}
-        for k, v in data.items():
-            if isinstance(v, dict):
-                out.update({f"{k}/{p}": n for p, n in v.items()})
-            elif not k.startswith("~") and isinstance(v, int):
-                out[k] = v
-        return out
-
-    try:
-        latest, end = flat(source.get("latestOffset")), flat(source.get("endOffset"))
-    except (ValueError, AttributeError):
-        return None
-    if latest is None or end is None:
-        return None
-    return sum(max(0, n - end.get(k, 0)) for k, n in latest.items())
 
 
 def _basic_auth(app, username: str, password: str):

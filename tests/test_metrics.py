@@ -107,12 +107,27 @@ def test_topic_allow_list_limits_per_partition_series():
 
 
 def test_input_lag_from_either_sources_progress():
-    ours = {"endOffset": '{"in/0": 90, "in/1": 40, "~behind": ["in/0"]}',
+    ours = {"endOffset": '{"in/0": 90, "in/1": 40, "~behind": ["in/0"], "~records": 130, '
+                         '"~gaps": {"in/1": [40, "lost"]}, "~clock": 1763950000000}',
             "latestOffset": '{"in/0": 100, "in/1": 40}'}
     sparks = {"endOffset": '{"in": {"0": 90, "1": 40}}',
               "latestOffset": '{"in": {"0": 100, "1": 45}}'}
     assert input_lag(ours) == 10 and input_lag(sparks) == 15
     assert input_lag({"endOffset": None, "latestOffset": None}) is None
+
+
+def test_input_records_are_the_records_read_not_the_packed_rows():
+    """The Python source packs many records into one Spark row, so the batch
+    counters read its ~records; other sources' rows are records."""
+    m = Metrics(MetricsSettings())
+    m.observe_progress({"numInputRows": 4, "inputRowsPerSecond": 2.0,
+                        "processedRowsPerSecond": 4.0, "durationMs": {"triggerExecution": 1000},
+                        "sources": [{"numInputRows": 4,
+                                     "endOffset": {"in/0": 900, "~records": 800}}]})
+    assert value(m, "isr_stream_processed_rows_per_second") == 800  # 4 rows/s of 200 each
+    m.observe_progress({"numInputRows": 50, "sources": [{"numInputRows": 50,
+                                                           "endOffset": '{"in": {"0": 50}}'}]})
+    assert value(m, "isr_stream_input_rows_total") == 850
 
 
 def test_every_metric_the_dashboards_and_rules_read_exists():

@@ -1,8 +1,9 @@
 """The streaming job: Kafka topics in, stateful leader model on Spark,
 decisions out (to Kafka, or to any `write_batch(batch_id, records)` sink).
 
-    source (built-in `kafka` or `isr_kafka`) -> key, value, topic, partition, offset
-      -> mapInArrow: decode, judge, pack per bucket (Arrow IPC)     [packing.py]
+    isr_kafka source: read, decode, judge, pack per bucket           [source.py, packing.py]
+    (built-in `kafka` or a file source: key, value, topic, partition, offset
+      -> mapInArrow: decode, judge, pack per bucket (Arrow IPC)     [packing.py])
       -> groupBy(bucket).applyInPandasWithState(LocalEngine)        [operator.py]
       -> foreachBatch -> sinks                                      [sink.py]
 """
@@ -85,8 +86,12 @@ def source_options(settings: Settings) -> dict[str, str]:
     return opts
 
 
-def read_source(spark, settings: Settings):
-    from isr.stream.source import SOURCE_COLUMNS, IsrKafkaDataSource
+def read_source(spark, settings: Settings, pack_live: Optional[bool] = None):
+    """The input stream's records (SOURCE_COLUMNS). `pack_live` (not None):
+    the Python source packs them for the buckets as it reads (one row per
+    bucket per batch read: PACKED_SCHEMA) and `packed` is not needed;
+    `pack_live` says whether it is a live stream (packed's `live`)."""
+    from isr.stream.source import SOURCE_COLUMNS, IsrKafkaDataSource, pack_option
 
     if settings.input.source == "python":
         spark.dataSource.register(IsrKafkaDataSource)
@@ -96,6 +101,11 @@ def read_source(spark, settings: Settings):
     reader = spark.readStream.format(fmt)
     for k, v in source_options(settings).items():
         reader = reader.option(k, v)
+    pack = pack_live is not None and fmt == "isr_kafka"
+    if pack:
+        reader = reader.option("isr.pack", pack_option(
+            bucket_labels(settings.stream.state_buckets), settings.monitor.max_future_ms,
+            pack_live))
     try:
         df = reader.load()
     except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException
@@ -105,6 +115,8 @@ def read_source(spark, settings: Settings):
                 f"spark-submit --packages {KAFKA_PACKAGE}:<your Spark version>, or set "
                 "input.source = \"python\"") from exc
         raise
+    if pack:
+        return df
     if fmt == "kafka":  # no word on backlogs: its partitions never hold the watermark
         from pyspark.sql import functions as F
         df = df.withColumn("behind", F.lit(False))
@@ -125,13 +137,13 @@ def packed(df, settings: Settings, live: bool):
                          PACKED_SCHEMA)
 
 
-def decisions_stream(spark, settings: Settings, source_df, live: bool = True,
-                     partition_metrics: bool = False):
-    """`partition_metrics`: the buckets also report every touched partition
-    for the metrics (records.PARTITION_METRICS)."""
+def decisions_stream(packed_df, settings: Settings, partition_metrics: bool = False):
+    """The buckets over packed rows (PACKED_SCHEMA). `partition_metrics`: they
+    also report every touched partition for the metrics
+    (records.PARTITION_METRICS)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    return packed(source_df, settings, live).groupBy("bucket").applyInPandasWithState(
+    return packed_df.groupBy("bucket").applyInPandasWithState(
         make_state_function(settings.monitor, bucket_labels(settings.stream.state_buckets),
                             settings.output.state_interval_ms, partition_metrics),
         SPARK_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
@@ -149,8 +161,12 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
     spark.conf.set(SHUFFLE_PARTITIONS, str(buckets))  # one task per bucket
     settings = settings.model_copy(update={
         "stream": settings.stream.model_copy(update={"state_buckets": buckets})})
-    source_df = read_source(spark, settings) if source_df is None else source_df
-    out = decisions_stream(spark, settings, source_df, live, partition_metrics)
+    if source_df is None and settings.input.source == "python":
+        packed_df = read_source(spark, settings, pack_live=live)  # packs as it reads
+    else:
+        packed_df = packed(read_source(spark, settings) if source_df is None else source_df,
+                           settings, live)
+    out = decisions_stream(packed_df, settings, partition_metrics)
 
     def each_batch(df, batch_id: int) -> None:
         write_batch(batch_id, [OutputRecord(*r) for r in df.collect()])

@@ -212,6 +212,22 @@ def hold_of(summaries) -> Optional[int]:
     return min([max(latest.values())] + [latest[s] for s in behind])
 
 
+def pack_batch(packer: Packer, batch, clock_ms: Optional[int]):
+    """One Arrow batch of the sources' columns as PACKED_SCHEMA's rows: one
+    per bucket. Used by the packing stage and by the Python Kafka source,
+    which packs as it reads (`input.source = "python"`)."""
+    import pyarrow as pa
+
+    out = packer.pack(batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                      batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
+                      batch.column("offset").to_pylist(), clock_ms,
+                      batch.column("behind").to_pylist())
+    return pa.RecordBatch.from_pydict(
+        {"bucket": pa.array([label for label, _p, _s in out], pa.int32()),
+         "pack": pa.array([p for _l, p, _s in out], pa.binary()),
+         "summary": pa.array([s for _l, _p, s in out], pa.binary())})
+
+
 def make_packer(labels: Sequence[int], max_future_ms: int, live: bool):
     """The function for mapInArrow: one row per bucket per input batch.
     `live`: the input has a `clock` column (the micro-batch's timestamp, which
@@ -219,8 +235,6 @@ def make_packer(labels: Sequence[int], max_future_ms: int, live: bool):
     packer = Packer(labels, max_future_ms)
 
     def pack_batches(batches: Iterator) -> Iterator:
-        import pyarrow as pa
-
         for batch in batches:
             if batch.num_rows == 0:
                 continue
@@ -228,14 +242,6 @@ def make_packer(labels: Sequence[int], max_future_ms: int, live: bool):
             if live:
                 clock_us = batch.column("clock")[0].value
                 clock_ms = None if clock_us is None else clock_us // 1000
-            out = packer.pack(batch.column("key").to_pylist(), batch.column("value").to_pylist(),
-                              batch.column("topic").to_pylist(),
-                              batch.column("partition").to_pylist(),
-                              batch.column("offset").to_pylist(), clock_ms,
-                              batch.column("behind").to_pylist())
-            yield pa.RecordBatch.from_pydict(
-                {"bucket": pa.array([label for label, _p, _s in out], pa.int32()),
-                 "pack": pa.array([p for _l, p, _s in out], pa.binary()),
-                 "summary": pa.array([s for _l, _p, s in out], pa.binary())})
+            yield pack_batch(packer, batch, clock_ms)
 
     return pack_batches

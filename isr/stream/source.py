@@ -10,13 +10,15 @@ partition offset range, as Arrow record batches.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Iterator, Optional
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from isr.errors import DataLossError
-from isr.stream.packing import END_OF_RUN
+from isr.stream.packing import END_OF_RUN, PACKED_SCHEMA, Packer, pack_batch
+from isr.stream.progress import RECORDS
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -91,6 +93,7 @@ class KafkaRange(InputPartition):
             topic, partition, start, end, conf)
         self.outage_s, self.fail_on_data_loss = outage_s, fail_on_data_loss
         self.behind = behind  # the partition holds more than this range
+        self.clock: Optional[int] = None  # the batch's clock, when the reader packs
 
 
 class DataLossRow(InputPartition):
@@ -100,12 +103,20 @@ class DataLossRow(InputPartition):
     def __init__(self, topic: str, partition: int, reason: str) -> None:
         super().__init__((topic, partition, reason))
         self.topic, self.partition, self.reason = topic, partition, reason
+        self.clock: Optional[int] = None
 
 
 # In an end offset (the offset log keeps them, so a re-run batch reads alike):
 GAPS = "~gaps"  # {partition key: [offset to read on from, reason]}
 BEHIND = "~behind"  # [partition keys that hold more than the batch reads]
 LAST = "~last"  # true: the last batch of an available-now run (packing.END_OF_RUN)
+CLOCK = "~clock"  # the batch's clock (ms) when the reader packs: the future test's
+
+
+def pack_option(labels, max_future_ms: int, live: bool) -> str:
+    """The `isr.pack` option: the reader packs what it reads for the buckets
+    (packing.py) and its rows are PACKED_SCHEMA's, not SCHEMA's."""
+    return json.dumps({"labels": list(labels), "max_future_ms": max_future_ms, "live": live})
 
 
 class EndOfRunRow(InputPartition):
@@ -113,6 +124,7 @@ class EndOfRunRow(InputPartition):
 
     def __init__(self) -> None:
         super().__init__("end-of-run")
+        self.clock: Optional[int] = None
 
 
 def _positions(offsets: dict) -> dict[str, int]:
@@ -140,6 +152,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.outage_s = float(self.options.get("isr.outagetimeouts", DEFAULT_OUTAGE_S))
         self.latest: dict[str, int] = {}
         self.target: Optional[dict[str, int]] = None  # Trigger.AvailableNow
+        pack = self.options.get("isr.pack")
+        self.pack: Optional[dict] = json.loads(pack) if pack else None
 
     # ------------------------------------------------------------ offsets
     def _marks(self) -> dict[str, tuple[int, int]]:
@@ -186,6 +200,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end[BEHIND] = behind
         elif self.target is not None and any(ends[k] > begin[k] for k in ends):
             end[LAST] = True  # it reads up to the target: nothing follows
+        end[RECORDS] = sum(ends[k] - begin[k] for k in ends)
+        if self.pack is not None and self.pack["live"]:
+            # Kept in the offset log: a re-run batch judges future times alike.
+            end[CLOCK] = int(time.time() * 1000)
         return end
 
     def _lost(self, start: dict[str, int], marks: dict) -> dict[str, tuple[int, str]]:
@@ -234,6 +252,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                          self.outage_s, self.fail_on_data_loss, key in behind))
         if end.get(LAST):
             ranges.append(EndOfRunRow())
+        for r in ranges:
+            r.clock = end.get(CLOCK)
         return ranges
 
     def commit(self, end: dict) -> None:
@@ -242,11 +262,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------ data
     def read(self, partition) -> Iterator:
         if isinstance(partition, EndOfRunRow):
-            return iter([record_batch([None], [END_OF_RUN], "isr:end-of-run", -1, [0])])
-        if isinstance(partition, DataLossRow):
-            return iter([record_batch([None], [partition.reason.encode()], partition.topic,
-                                      partition.partition, [-1])])
-        return read_range(partition)
+            batches = iter([record_batch([None], [END_OF_RUN], "isr:end-of-run", -1, [0])])
+        elif isinstance(partition, DataLossRow):
+            batches = iter([record_batch([None], [partition.reason.encode()], partition.topic,
+                                         partition.partition, [-1])])
+        else:
+            batches = read_range(partition)
+        if self.pack is None:
+            return batches
+        # Packed here, in the reader: Spark sees a row per bucket per batch
+        # read, not one per event, and no packing stage runs after it.
+        packer = Packer(self.pack["labels"], self.pack["max_future_ms"])
+        return (pack_batch(packer, b, partition.clock) for b in batches if b.num_rows)
 
 
 def read_range(r: KafkaRange) -> Iterator:
@@ -340,7 +367,8 @@ class IsrKafkaDataSource(DataSource):
         return "isr_kafka"
 
     def schema(self) -> str:
-        return SCHEMA
+        options = {str(k).lower() for k in dict(self.options)}
+        return PACKED_SCHEMA if "isr.pack" in options else SCHEMA
 
     def streamReader(self, schema) -> KafkaStreamReader:
         return KafkaStreamReader(self.options)

@@ -22,6 +22,7 @@ from helpers import wait_until
 from receivers import Alertmanager, Prometheus, Receiver  # tests/ is on sys.path (conftest)
 
 from isr.config import load_settings
+from isr.stream.progress import input_records
 from isr.sim.cluster import Simulator
 from isr.sim.output import message_key
 from isr.sim.scenario import load_scenario
@@ -218,7 +219,7 @@ def test_webhook_down_then_back_while_the_stream_keeps_running(broker, spark, tm
         wait_until(lambda: len(query.recentProgress) >= 5, what="5 micro-batches")
         down = [p["durationMs"]["triggerExecution"] for p in query.recentProgress]
         receiver.start()
-        wait_until(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= len(events),
+        wait_until(lambda: sum(input_records(p) for p in query.recentProgress) >= len(events),
               what="all input")
         # A little later input keeps batches coming, so the outbox is flushed.
         tail = events[-1]["ts"]

@@ -238,3 +238,26 @@ def test_auto_buckets_follow_the_cores_but_keep_an_existing_checkpoints_count(
     assert sorted((c["partition"], c["ts"] - workload.T0, c["replicas"]) for c in
                   records(broker, s.output.changes_topic)) == [(0, 25000, [3]), (1, 25000, [4])]
     assert buckets.resolve(spark, "auto", str(tmp_path / "new")) == 2  # local[2]
+
+
+def test_the_python_source_packing_as_it_reads_decides_as_the_packing_stage(
+        broker, spark, tmp_path):
+    """input.source = "python" packs in the reader (one row per bucket per
+    batch read); the same records through the raw source and the packing
+    stage (the path of Spark's own kafka source) give the same output."""
+    s = settings_for(broker, tmp_path, "input.max_offsets_per_trigger=400")
+    topic = s.input.topics[0]
+    broker.create_topics([topic], 2)
+    workload.produce(broker.bootstrap, topic, workload.lines())
+    outputs = []
+    for name, source_df in (("reader", None), ("stage", job.read_source(spark, s))):
+        rows = []
+        job.start(spark, s, lambda _i, batch: rows.extend(batch), source_df=source_df,
+                  trigger={"availableNow": True},
+                  checkpoint=str(tmp_path / name)).awaitTermination()
+        outputs.append(sorted((r.kind, r.id, r.value) for r in rows
+                              if r.kind in ("isr_change", "alert", "dead_letter",
+                                            "partition_state")))
+    assert outputs[0] == outputs[1]
+    kinds = {kind for kind, _id, _value in outputs[0]}
+    assert kinds == {"isr_change", "alert", "dead_letter", "partition_state"}
