@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import orjson
 import pytest
 import workload
 
@@ -261,3 +262,36 @@ def test_the_python_source_packing_as_it_reads_decides_as_the_packing_stage(
     assert outputs[0] == outputs[1]
     kinds = {kind for kind, _id, _value in outputs[0]}
     assert kinds == {"isr_change", "alert", "dead_letter", "partition_state"}
+
+
+def test_fifty_thousand_partitions_with_few_events_each_decide_as_the_local_engine(
+        spark, tmp_path):
+    """Cluster scale, few events per partition: 50 k partitions through Spark
+    in 4 micro-batches give the local engine's decisions and final states. In
+    1 of 100 partitions follower 3 never fetches and is shrunk by the
+    watermark's checks alone."""
+    events = []
+    for p in range(50_000):
+        base = {"v": 1, "topic": f"t{p % 50}", "partition": p // 50, "leader": 1,
+                "leader_epoch": 1}
+        t = workload.T0 + 1000 + p % 1000
+        events.append({**base, "type": "leader", "ts": workload.T0, "replicas": [1, 2, 3],
+                       "isr": [1, 2, 3], "leader_epoch_start_offset": 0})
+        events.append({**base, "type": "append", "ts": t, "leader_leo": 5})
+        for r in (2, 3) if p % 100 else (2,):
+            events.append({**base, "type": "fetch", "ts": t + 1, "replica": r,
+                           "fetch_offset": 5, "leader_leo": 5})
+    events.sort(key=lambda e: e["ts"])  # within the allowed lateness, as a cluster writes them
+    events.append({"v": 1, "type": "append", "ts": workload.T0 + 30_000, "topic": "t1",
+                   "partition": 0, "leader": 1, "leader_epoch": 1, "leader_leo": 5})
+    path = tmp_path / "wide.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    settings = load_settings(None, BASE)
+    local = replay([str(path)], settings.monitor)
+    remote = replay_spark([str(path)], settings, spark=spark, max_offsets_per_trigger=50_000)
+    shrinks = [d for d in local.decisions if d.type == "isr_change"]
+    assert len(shrinks) == 500 and len(local.states) == 50_000 and not local.dead_letters
+    assert [d.model_dump_json() for d in remote.decisions] == [
+        d.model_dump_json() for d in local.decisions]
+    assert [s.model_dump_json() for s in remote.states] == [
+        s.model_dump_json() for s in local.states]
