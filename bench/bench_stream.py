@@ -170,7 +170,9 @@ def bench_latency(args) -> None:
             f"stream.checkpoint_location={work}/ck", "stream.trigger_interval=0 seconds",
             f"stream.state_store={args.state_store}",
             f"monitor.allowed_lateness_ms={args.lateness}",
-            "monitor.replica_lag_time_max_ms=10000", "input.starting_offsets=latest"])
+            "monitor.replica_lag_time_max_ms=10000", "input.starting_offsets=latest",
+            # One partition: the embedded broker makes 3 for -1, and this reads partition 0.
+            "output.partitions=1"])
         spark = spark_session(settings, args.master, "isr-bench")
         q = run_to_kafka(settings, spark=spark)
         time.sleep(15)  # let the first (empty) batches and the Python workers start
