@@ -10,7 +10,9 @@ to its JMX and kafka_exporter counterpart.
   partition's latest state, with the health conditions' own definitions
   (isr/model/health.py), so Prometheus rules need not redefine them.
 - Per-partition and per-follower gauges from each micro-batch's
-  `partition_state` records, limited by `metrics.per_partition`,
+  `partition_metrics` records (the state of every partition the batch
+  touched; never the `partition_state` records, which
+  `output.state_interval_ms` throttles), limited by `metrics.per_partition`,
   `metrics.per_follower` and `metrics.topics`. A follower that left the
   assignment or became the leader loses its series at once; a partition
   without a state for `metrics.series_ttl_s` (a deleted one) loses all of its.
@@ -184,8 +186,6 @@ class Metrics:
             elif kind == PARTITION_METRICS:  # every partition the batch touched
                 for state in orjson.loads(value):
                     self._state(state, now)
-            elif kind == "partition_state":  # (the job's are throttled; its metrics come above)
-                self._state(orjson.loads(value), now)
             elif kind == "isr_change":
                 d = orjson.loads(value)
                 counter = self.shrinks if d["action"] == "shrink" else self.expands

@@ -24,8 +24,12 @@ def value(m: Metrics, name: str, **labels) -> float | None:
 
 
 def state_records(events):
+    """A batch's records as the job writes them: the decisions, and the states
+    of the partitions it touched in one partition_metrics record."""
     r = run(events)
-    return [to_record(d) for d in r.engine.decisions] + [to_record(s) for s in r.engine.states()]
+    feed = OutputRecord(PARTITION_METRICS, "0", "metrics/0", T0,
+                        json.dumps([m.state_fields() for m in r.engine.models()]))
+    return [to_record(d) for d in r.engine.decisions] + [feed]
 
 
 def test_partition_states_and_decisions_become_gauges_and_counters():
@@ -48,6 +52,8 @@ def test_the_jobs_partition_metrics_record_feeds_the_gauges_without_partition_st
     feed = OutputRecord(PARTITION_METRICS, "0", "metrics/0", T0,
                         json.dumps([m.state_fields() for m in r.engine.models()]))
     m = Metrics(MetricsSettings())
+    m.observe_records([to_record(s) for s in r.engine.states()])  # throttled: not a feed
+    assert value(m, "isr_partition_in_sync_replicas", **P) is None
     m.observe_records([feed])
     assert value(m, "isr_partition_in_sync_replicas", **P) == 3
     assert value(m, "isr_partition_replicas", **{**P, "partition": "1"}) == 2
