@@ -37,9 +37,9 @@ def _jsonable(origin: Any) -> Any:
     return origin
 
 
-def _text(event) -> str:
-    """A queued event as JSON text: as it arrived if still raw (submit_raw)."""
-    return event.decode() if event.__class__ is bytes else encode(event).decode()
+def _raw(event) -> bytes:
+    """A queued event as JSON bytes: as it arrived if still raw (submit_raw)."""
+    return event if event.__class__ is bytes else encode(event)
 
 
 def snapshot(engine: LocalEngine, with_queue: bool = True) -> bytes:
@@ -47,7 +47,7 @@ def snapshot(engine: LocalEngine, with_queue: bool = True) -> bytes:
     `with_queue=False`: without the events queued for the watermark, which
     the caller keeps itself (`queued_raw`), in a form cheaper than JSON."""
     seq = engine.sequencer
-    queued = [[ts, s, _text(ev), _jsonable(origin)]
+    queued = [[ts, s, _raw(ev).decode(), _jsonable(origin)]
               for ts, s, ev, origin in seq.queued] if with_queue else []
     return orjson.dumps({
         "v": VERSION,
@@ -66,8 +66,7 @@ def queued_raw(engine: LocalEngine) -> list[tuple]:
     """The events queued for the watermark as (ts, seq, raw JSON bytes,
     origin): what `snapshot(with_queue=False)` leaves out, to be given back
     to `restore(queued=...)`. Raw events stay as they arrived."""
-    return [(ts, s, ev if ev.__class__ is bytes else encode(ev), origin)
-            for ts, s, ev, origin in engine.sequencer.queued]
+    return [(ts, s, _raw(ev), origin) for ts, s, ev, origin in engine.sequencer.queued]
 
 
 def restore(monitor: MonitorSettings, blob: bytes,

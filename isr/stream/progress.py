@@ -16,17 +16,20 @@ def input_records(progress: dict) -> int:
     what the Python source says it read, else Spark's row count."""
     total = 0
     for source in progress.get("sources") or []:
-        end = source.get("endOffset")
-        if isinstance(end, str):
-            try:
-                end = json.loads(end)
-            except ValueError:
-                end = None
+        try:
+            end = _offsets(source.get("endOffset"))
+        except ValueError:
+            end = None
         if isinstance(end, dict) and RECORDS in end:
             total += end[RECORDS]
         else:
             total += source.get("numInputRows", 0) or 0
     return total
+
+
+def _offsets(value):
+    """A source's offsets in a progress report: JSON text, or already parsed."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def input_lag(source: dict) -> Optional[int]:
@@ -35,7 +38,7 @@ def input_lag(source: dict) -> Optional[int]:
     def flat(text) -> Optional[dict]:
         if not text:
             return None
-        data = json.loads(text) if isinstance(text, str) else text
+        data = _offsets(text)
         out = {}
         for k, v in data.items():
             if k.startswith("~"):  # the Python source's flags (source.py), not partitions

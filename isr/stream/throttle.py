@@ -61,17 +61,18 @@ class StateThrottle(Listener):
         out = []
         for key in sorted(self.pending):
             models = list(models_of(key))
-            if flush or self.interval_ms <= 0 or any(self._due(m, now) for m in models):
+            latest = {(m.rules.policy, *key): membership(m) for m in models}
+            if flush or self.interval_ms <= 0 or any(
+                    self._due(k, members, now) for k, members in latest.items()):
                 self.pending.discard(key)
-                for m in models:
-                    self.sent[(m.rules.policy, *key)] = [now, membership(m)]
+                for k, members in latest.items():
+                    self.sent[k] = [now, members]
                 out.extend(models)
         return out
 
-    def _due(self, model, now: int) -> bool:
-        last = self.sent.get((model.rules.policy, *model.key))
-        return (last is None or now >= last[0] + self.interval_ms
-                or last[1] != membership(model))
+    def _due(self, key: tuple, members: list, now: int) -> bool:
+        last = self.sent.get(key)
+        return last is None or now >= last[0] + self.interval_ms or last[1] != members
 
     def all_sent(self, models: Iterable, now: int) -> None:
         """Every model's state went out (the end of a bounded input)."""
