@@ -86,6 +86,27 @@ def test_follower_lagging_ends_at_the_fetch_that_catches_up_not_at_another_follo
     assert transitions(r, "FollowerLagging", 2) == []
 
 
+def test_an_append_that_leaves_long_idle_followers_behind_starts_their_lag_at_once():
+    # Both followers caught up at 0.5 s, then nothing until a produce at 20 s:
+    # from that append on their lag is 19.5 s > 15 s. Follower 2 catches up at 21 s.
+    events = [leader(0), fetch(500, 2, 0, 0), fetch(500, 3, 0, 0), append(20000, 10),
+              fetch(21000, 2, 10, 10)]
+    r = run(events)
+    assert transitions(r, "FollowerLagging", 2) == [(20000, "firing", 20000),
+                                                   (21000, "resolved", 20000)]
+    assert transitions(r, "FollowerLagging", 3) == [(20000, "firing", 20000)]
+
+
+def test_a_hw_stall_from_an_append_is_seen_when_it_crosses_not_at_a_later_look():
+    # The HW stays at 0 below the LEO (10) from the append at 1 s on: stalled
+    # more than 10 s at 11.001 s, before anything else (lags: 15.501 s) is due.
+    events = [leader(0), fetch(500, 2, 0, 0), fetch(500, 3, 0, 0), append(1000, 10),
+              fetch(20000, 2, 10, 10), fetch(20000, 3, 10, 10)]
+    r = run(events)
+    assert transitions(r, "HighWatermarkStalled") == [(11001, "firing", 11001),
+                                                     (20000, "resolved", 11001)]
+
+
 def test_hw_stall_starts_when_the_leo_passes_a_hw_that_no_longer_moves():
     r = run(outage())
     # Follower 3's LEO holds the HW at 110 from 11 s: stalled > 10 s at 21.001 s.

@@ -1,9 +1,10 @@
 """The alert rules, one declaration each: name, summary, when it holds, default
-severity and `for_ms`, its thresholds with their defaults, whether a fetch can
-end it, and the sentence that describes a holding condition with its numbers.
+severity and `for_ms`, its thresholds with their defaults, whether a fetch or
+an append can end it, and the sentence that describes a holding condition with
+its numbers.
 
 The configuration's rule settings (config.AlertRule), the annotations' summary,
-the evaluator's fetch fast path and the docs table (docs/alerts.md, written by
+the evaluator's fetch and append fast paths and the docs table (docs/alerts.md, written by
 `python -m isr.alerts.catalog`) all come from here. The conditions themselves
 are evaluated in one pass over a partition (conditions.py), in this order.
 """
@@ -35,6 +36,9 @@ class Rule:
     # A fetch that changes no ISR only lowers a lag, moves the HW or ends a
     # silence: rules it cannot end let the evaluator skip work on most fetches.
     fetch_can_end: bool
+    # An append that changes no ISR only raises the leader's LEO: it cannot
+    # end a lag, but it ends a silence, and it moves the HW of a leader alone.
+    append_can_end: bool
     describe: Callable[[tuple, Any], str]  # (the scan's numbers, RuleParams) -> sentence
     for_ms: int = 0
     thresholds: dict[str, Threshold] = field(default_factory=dict)
@@ -49,30 +53,30 @@ CATALOG: tuple[Rule, ...] = (
     Rule("UnderMinIsr", "ISR below min.insync.replicas",
          "`len(isr) < min.insync.replicas`",
          "producers with `acks=all` are failing right now",
-         "critical", fetch_can_end=False,
+         "critical", fetch_can_end=False, append_can_end=False,
          describe=lambda n, P: (f"ISR {n[0]} has {len(n[0])} member(s), below "
                                 f"min.insync.replicas {n[1]}: acks=all produces fail")),
     Rule("AtMinIsr", "ISR at min.insync.replicas",
          "`len(isr) == min.insync.replicas < len(replicas)`",
          "one more failure and writes stop",
-         "warning", fetch_can_end=False,
+         "warning", fetch_can_end=False, append_can_end=False,
          describe=lambda n, P: (f"ISR {n[0]} is at min.insync.replicas {n[1]} of {n[2]} "
                                 f"replicas: one more failure stops acks=all writes")),
     Rule("LeaderOnlyIsr", "Leader alone in the ISR",
          "the ISR is the leader alone, more than one replica",
          "losing that broker makes the partition offline (or unclean)",
-         "critical", fetch_can_end=False,
+         "critical", fetch_can_end=False, append_can_end=False,
          describe=lambda n, P: f"only the leader {n[0]} is in the ISR of replicas {n[1]}"),
     Rule("UnderReplicated", "Under-replicated partition",
          "`len(isr) < len(replicas)`",
          "the classic URP signal, per partition",
-         "warning", fetch_can_end=False, for_ms=30000,
+         "warning", fetch_can_end=False, append_can_end=False, for_ms=30000,
          describe=lambda n, P: f"replicas {_missing(n[0], n[1])} are not in the ISR {n[0]}"),
     Rule("IsrFlapping", "ISR flapping",
          "the partition is flapping: at least `changes` ISR changes (shrinks, expands, "
          "controller removals) in the last `window_ms`",
          "the KAFKA-4485 symptom; ISR churn loads the controller",
-         "warning", fetch_can_end=False,
+         "warning", fetch_can_end=False, append_can_end=False,
          thresholds={"changes": Threshold(4, Annotated[int, Field(ge=1)],
                                           "ISR changes that make a partition flap"),
                      "window_ms": Threshold(300000, PositiveMs, "... within this window")},
@@ -81,7 +85,7 @@ CATALOG: tuple[Rule, ...] = (
          "an ISR follower's lag (time since it was last caught up; 0 at the leader's LEO) "
          "exceeds `warn_ratio × replica_lag_time_max_ms`",
          "early warning before the shrink",
-         "warning", fetch_can_end=True, per_replica=True,
+         "warning", fetch_can_end=True, append_can_end=False, per_replica=True,
          thresholds={"warn_ratio": Threshold(0.5, Annotated[float, Field(gt=0)],
                                              "share of replica_lag_time_max_ms")},
          describe=lambda n, P: (f"ISR follower {n[0]} lags {n[1]} ms (> {n[2]} ms = "
@@ -91,14 +95,14 @@ CATALOG: tuple[Rule, ...] = (
          "the HW is stalled: below the leader's LEO and not moved for `stall_ms` since it "
          "last moved or since the LEO went past it",
          "consumers see nothing new although producers write",
-         "warning", fetch_can_end=True,
+         "warning", fetch_can_end=True, append_can_end=True,
          thresholds={"stall_ms": Threshold(10000, PositiveMs, "how long the HW stands still")},
          describe=lambda n, P: f"hw {n[0]} has not moved for {n[1]} ms while leader_leo is {n[2]}"),
     Rule("SlowLeaderFetch", "Leader slow to serve follower fetches",
          "a follower's last fetch took more than `follower_fetch_process_time_max_ms` to "
          "serve (`ts - received_ts`), or a `fetch_start` has waited longer",
          "KIP-501: a slow leader pushes healthy followers out of the ISR",
-         "warning", fetch_can_end=True,
+         "warning", fetch_can_end=True, append_can_end=False,
          thresholds={"follower_fetch_process_time_max_ms": Threshold(
              500, PositiveMs, "KIP-501's name for the longest acceptable serve time")},
          describe=lambda n, P: (f"leader {n[0]} is slow to serve fetches (> {n[1]} ms): "
@@ -107,12 +111,12 @@ CATALOG: tuple[Rule, ...] = (
          "the ISR of the last `isr` event differs from the computed one (reset by a "
          "`leader` event)",
          "the cluster is not doing what its configuration says",
-         "warning", fetch_can_end=False, for_ms=10000,
+         "warning", fetch_can_end=False, append_can_end=False, for_ms=10000,
          describe=lambda n, P: f"the cluster reports ISR {n[0]}, the computed ISR is {n[1]}"),
     Rule("PartitionSilent", "No events for the partition",
          "no event for the partition for `silent_ms` of event time",
          "leader down, or the event feed is broken",
-         "warning", fetch_can_end=True,
+         "warning", fetch_can_end=True, append_can_end=True,
          thresholds={"silent_ms": Threshold(60000, PositiveMs, "event time without an event")},
          describe=lambda n, P: f"no event for {n[0]} ms (> {n[1]} ms)"),
 )

@@ -73,20 +73,11 @@ def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
             out[("IsrFlapping", PARTITION)] = (recent, P.flap_window_ms, P.flap_changes)
     leader_leo = v.leader_leo
     if P.lagging:
-        limit, followers = P.lag_limit_ms, v.followers
-        for r in isr:
-            f = followers.get(r)
-            if f is None:
-                continue  # the leader itself
-            lag = lag_ms(f, leader_leo, T)
-            if lag is None:
-                continue  # never caught up
-            if lag > limit:
-                out[("FollowerLagging", r)] = (r, lag, limit, f.leo, leader_leo)
-            elif lag or not at_leader_leo(f, leader_leo):  # at the LEO: no lag to grow
-                t = f.last_caught_up_ts + limit + 1
-                if due is None or t < due:
-                    due = t
+        lagging, t = lag_crossings(v, T, P)
+        for r, numbers in lagging:
+            out[("FollowerLagging", r)] = numbers
+        if t is not None and (due is None or t < due):
+            due = t
     if P.stalled and leader >= 0 and leader_leo > v.hw:
         stalled = T - w.stall.since
         if stalled > P.stall_ms:
@@ -115,6 +106,29 @@ def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
             if due is None or t < due:
                 due = t
     return out, due
+
+
+def lag_crossings(v: PartitionView, T: int, P: RuleParams
+                  ) -> tuple[list[tuple[int, tuple]], Optional[int]]:
+    """FollowerLagging over the ISR at T: ([(follower, numbers)] of those
+    lagging, the next instant after T where another one's lag crosses the
+    limit, or None)."""
+    lagging: list[tuple[int, tuple]] = []
+    due = None
+    limit, followers, leader_leo = P.lag_limit_ms, v.followers, v.leader_leo
+    for r in v.isr:
+        f = followers.get(r)
+        if f is None:
+            continue  # the leader itself
+        caught_up = f.last_caught_up_ts
+        if caught_up <= 0 or at_leader_leo(f, leader_leo):
+            continue  # lag_ms: never caught up, or no lag (none to grow at the LEO)
+        t = caught_up + limit + 1  # the first instant lag_ms > limit
+        if t <= T:
+            lagging.append((r, (r, lag_ms(f, leader_leo, T), limit, f.leo, leader_leo)))
+        elif due is None or t < due:
+            due = t
+    return lagging, due
 
 
 def still_lagging(v: PartitionView, replica: int, T: int, P: RuleParams) -> bool:

@@ -17,13 +17,16 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from isr.alerts.catalog import CATALOG, RULES
-from isr.alerts.conditions import PARTITION, RuleParams, describe, scan, still_lagging
+from isr.alerts.conditions import (PARTITION, RuleParams, describe, lag_crossings, scan,
+                                   still_lagging)
 from isr.alerts.watch import AtChange, PartitionView, Watch
 from isr.config import AlertSettings
 from isr.contract.decisions import Alert, IsrChange
 
 # Conditions a fetch (without an ISR change) cannot end.
 FETCH_STABLE = frozenset(r.name for r in CATALOG if not r.fetch_can_end)
+# Conditions an append (without an ISR change) cannot end.
+APPEND_STABLE = frozenset(r.name for r in CATALOG if not r.append_can_end)
 
 
 def iso(ms: int) -> str:
@@ -60,22 +63,34 @@ class AlertEvaluator:
     def after_event(self, w: Watch, model: PartitionView, event, out: list) -> None:
         ts, kind = event.ts, event.type
         w.last_event_ts = ts
-        w.stall.note(model.hw, model.leader_leo, ts)
+        hw, stall = model.hw, w.stall
+        if hw != stall.hw or (model.leader_leo > hw) != stall.behind:  # else a no-op
+            stall.note(hw, model.leader_leo, ts)
         if kind == "fetch":
-            served = ts - event.fetch_ts
-            w.served_ms[event.replica] = served
-            w.unserved.pop(event.replica, None)
             # A fetch without an ISR change (those come through on_change) only
             # lowers a lag, moves the HW forward or ends a silence: unless an
-            # alert that could resolve that way is active, or something is due,
-            # or the fetch was slow, no condition can change now.
+            # alert that could end that way is active, or something is due, or
+            # the fetch was slow, no condition changes now and the scan is skipped.
+            replica = event.replica
+            if w.unserved:
+                w.unserved.pop(replica, None)
+            served = ts - event.fetch_ts
             params = self._params.get(w.topic) or self.params(w.topic)
-            if served <= params.slow_ms and (not w.alerts or self._fetch_keeps_alerts(
-                    w, model, event.replica, ts, params)):
-                due = self._next_due(w) if w.alerts else w.due
+            if served > params.slow_ms:
+                w.served_ms[replica] = served  # only slow times are kept
+            else:
+                if w.served_ms:
+                    w.served_ms.pop(replica, None)
+                if not w.alerts or self._fetch_keeps_alerts(w, model, replica, ts, params):
+                    due = self.due_by(w, ts)
+                else:
+                    due = ts
                 if due is None or due > ts:
-                    w.t = ts
+                    w.t = ts  # (read only while an alert is active)
                     return
+        elif kind == "append":
+            if self._quiet_append(w, model, ts):
+                return
         elif kind == "fetch_start":
             w.unserved.setdefault(event.replica, ts)
         elif kind == "leader":
@@ -102,16 +117,57 @@ class AlertEvaluator:
             return False
         return True
 
+    def _quiet_append(self, w: Watch, model: PartitionView, ts: int) -> bool:
+        """Whether no condition changes at an append (a new leader LEO, no ISR
+        change), so the scan is skipped. It can end only the alerts that are
+        not APPEND_STABLE, and start only FollowerLagging, of a follower that
+        was at the old LEO and last caught up long ago. It can bring forward
+        the instants where a lag or a stalled HW crosses its threshold: `due`
+        takes them. (An earlier instant left in `due`, that this event put
+        off, costs a scan there that finds nothing.)"""
+        alerts = w.alerts
+        if alerts and not all(name in APPEND_STABLE for name, _r in alerts):
+            return False
+        due = self.due_by(w, ts)
+        if due is not None and due <= ts:
+            return False
+        due = w.due
+        params = self._params.get(w.topic) or self.params(w.topic)
+        if params.lagging:
+            lagging, t = lag_crossings(model, ts, params)
+            for r, _numbers in lagging:
+                if ("FollowerLagging", r) not in alerts:
+                    return False
+            if t is not None and (due is None or t < due):
+                due = t
+        if params.stalled and model.leader >= 0 and model.leader_leo > model.hw:
+            # (A stall that a fetch began, raising the LEO, may already be over its limit.)
+            t = w.stall.since + params.stall_ms + 1
+            if t <= ts:
+                return False
+            if due is None or t < due:
+                due = t
+        w.due, w.t = due, ts
+        return True
+
     def advance(self, w: Watch, view: PartitionView, until: int, inclusive: bool,
                 out: list) -> None:
         """Step through every instant before `until` (or at it) where something is due."""
         while True:
-            due = self._next_due(w) if w.alerts else w.due  # most watches have no alert
+            due = self.due_by(w, until)
             if due is None or due > until or (due == until and not inclusive):
                 return
             self._step(w, view, due, out)
 
     # ------------------------------------------------------------ lifecycle
+    def due_by(self, w: Watch, until: int) -> Optional[int]:
+        """The next instant where something is due if it is `until` or
+        earlier; else None or some instant after `until`. Most watches have
+        no alert, and most alerts' `for` and repeat instants lie far ahead."""
+        if not w.alerts or w.alerts_due_floor > until:
+            return w.due
+        return self._next_due(w)
+
     def _next_due(self, w: Watch) -> Optional[int]:
         due = w.due
         if w.alerts:
@@ -149,6 +205,9 @@ class AlertEvaluator:
                 if fired >= 0:
                     out.append(self._record(w, key, P, "resolved", fired, T,
                                             "the condition no longer holds"))
+        if w.alerts:  # the earliest `for` or repeat instant, before _next_due's filters
+            w.alerts_due_floor = min(since + P.for_ms[name] if fired < 0 else sent + repeat
+                                     for (name, _r), (since, fired, sent) in w.alerts.items())
         w.t = T
 
     def _record(self, w: Watch, key: tuple[str, int], P: RuleParams, status: str,

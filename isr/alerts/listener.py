@@ -15,38 +15,31 @@ class AlertListener(Listener):
     def __init__(self, cfg: AlertSettings, replica_lag_time_max_ms: int) -> None:
         self.evaluator = AlertEvaluator(cfg, replica_lag_time_max_ms)
         self.watches: dict[tuple, Watch] = {}  # (policy, cluster, topic, partition) -> Watch
-        # id(model) -> (model, watch): found without building the key. Holding
-        # the model keeps its id from being reused by another one.
-        self._by_model: dict[int, tuple] = {}
 
     def _watch(self, model) -> Watch:
-        entry = self._by_model.get(id(model))
-        if entry is not None:
-            return entry[1]
+        """The model's watch, created or found by key (after a restore) and
+        then kept on the model (`model.watch`)."""
         key = (model.rules.policy, *model.key)
         w = self.watches.get(key)
         if w is None:
             w = self.watches[key] = Watch(model.cluster, model.topic, model.partition,
                                           model.rules.policy)
-        self._by_model[id(model)] = (model, w)
+        model.watch = w
         return w
 
-    # The hooks look up the watch inline: they run for every event and policy.
+    # These hooks run for every event and policy: most return at once.
     def on_advance(self, model, until: int, inclusive: bool, out: list) -> None:
-        entry = self._by_model.get(id(model))
-        w = entry[1] if entry is not None else self._watch(model)
-        if not w.alerts:  # the common case: nothing but the scan's next instant is due
-            due = w.due
-            if due is None or due > until or (due == until and not inclusive):
-                return
+        w = model.watch or self._watch(model)
+        due = self.evaluator.due_by(w, until)
+        if due is None or due > until or (due == until and not inclusive):
+            return  # the common case
         self.evaluator.advance(w, model, until, inclusive, out)
 
     def on_change(self, model, change, out: list) -> None:
-        self.evaluator.on_change(self._watch(model), model, change, out)
+        self.evaluator.on_change(model.watch or self._watch(model), model, change, out)
 
     def on_event(self, model, event, outcome, out: list) -> None:
-        entry = self._by_model.get(id(model))
-        w = entry[1] if entry is not None else self._watch(model)
+        w = model.watch or self._watch(model)
         if outcome is None:
             self.evaluator.after_event(w, model, event, out)
         else:  # ignored or rejected: the feed is alive, nothing else changed
@@ -57,7 +50,6 @@ class AlertListener(Listener):
         return [w.to_list() for _key, w in sorted(self.watches.items())]
 
     def from_state(self, state: list) -> None:
-        self._by_model.clear()
         for row in state:
             w = Watch.from_list(row)
             self.watches[(w.policy, w.cluster, w.topic, w.partition)] = w

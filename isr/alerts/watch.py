@@ -35,7 +35,8 @@ class AtChange:
 
 class Watch:
     __slots__ = ("cluster", "topic", "partition", "policy", "t", "due", "stall",
-                 "last_event_ts", "served_ms", "unserved", "reported", "flaps", "alerts")
+                 "last_event_ts", "served_ms", "unserved", "reported", "flaps", "alerts",
+                 "alerts_due_floor")
 
     def __init__(self, cluster: str, topic: str, partition: int, policy: str) -> None:
         self.cluster, self.topic, self.partition, self.policy = cluster, topic, partition, policy
@@ -50,6 +51,9 @@ class Watch:
         # (alertname, replica) -> [active since, fired at or -1, last sent]; an
         # alert whose condition holds but has not fired yet (for_ms) is pending.
         self.alerts: dict[tuple[str, int], list[int]] = {}
+        # No alert's `for` or repeat instant lies before this (set by each step;
+        # -1: not known, as after a restore), so most events skip computing them.
+        self.alerts_due_floor = -1
 
     def to_list(self) -> list:
         s = self.stall

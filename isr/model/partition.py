@@ -52,6 +52,7 @@ class PartitionModel:
         "min_isr_default", "min_isr_override", "min_isr", "bootstrap",
         "next_check", "ts", "seq",
         "under_min_since", "under_min_ms",
+        "watch",
     )
 
     def __init__(self, rules: Rules, cluster: str, topic: str, partition: int,
@@ -78,6 +79,10 @@ class PartitionModel:
         self.seq = 0  # decisions taken, for deterministic decision ids
         self.under_min_since = -1
         self.under_min_ms = 0
+        # The alert rules' state of this partition (isr/alerts/watch.py), kept
+        # here so their listener finds it without a lookup on every event. The
+        # model never reads it and its state (to_list) leaves it out.
+        self.watch = None
 
     # ------------------------------------------------------------ creation
     @classmethod
