@@ -156,6 +156,40 @@ def test_the_fast_path_and_pydantic_agree_on_edge_cases(raw):
     assert isinstance(decode(raw), Rejection) == (careful is None)
 
 
+# ---------------------------------------------------------------- batches
+def _verdicts(results) -> list:
+    return [(r.reason, r.reason_class) if isinstance(r, Rejection) else encode(r)
+            for r in results]
+
+
+MESSAGE = st.one_of(
+    st.builds(lambda evs: encode(evs[-1]), event_streams(max_events=2)),
+    st.builds(lambda evs: encode(evs[-1]).replace(b",", b",\n", 1), event_streams(max_events=2)),
+    st.binary(max_size=40), st.sampled_from([b"", b"  ", None, b"{}", b"[1", b"2]", b"1,2"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(MESSAGE, max_size=12))
+def test_a_batch_decodes_exactly_as_its_messages_one_by_one(raws):
+    from isr.contract.decode import decode_many
+
+    assert _verdicts(decode_many(raws)) == _verdicts(decode(r) for r in raws)
+
+
+def test_messages_that_join_into_other_valid_lines_are_still_decoded_one_by_one():
+    """Joined by newlines, the two halves of a split object make one valid
+    event again and a message holding two events on two lines makes two: as
+    many events as messages, all valid, yet no message alone is an event."""
+    from isr.contract.decode import decode_many
+
+    good = b'{"v":1,"type":"append","ts":1,"topic":"t","partition":0,"leader":1,' \
+           b'"leader_epoch":1,"leader_leo":3}'
+    cut = good.index(b'"topic"')  # between two fields
+    raws = [good[:cut], good[cut:], good + b"\n" + good]
+    assert [type(r) for r in decode_many(raws)] == [Rejection] * 3
+    assert [r.reason for r in decode_many(raws)] == [decode(r).reason for r in raws]
+
+
 @pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])
 def test_non_standard_json_numbers_are_not_json_even_in_an_ignored_field(literal):
     """RFC 8259 has no NaN or Infinity (pydantic's own parser takes them; the

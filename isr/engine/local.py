@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Optional
 
 from isr.config import MonitorSettings
-from isr.contract.decode import Rejection, decode
+from isr.contract.decode import Rejection, decode_many
 from isr.contract.decisions import PartitionState
 from isr.engine.listeners import Listener, hooks
 from isr.engine.sequencer import Sequencer
@@ -139,9 +139,11 @@ class LocalEngine:
 
     def _run(self, ready: list) -> None:
         apply, on_reject = self.apply, self.on_reject
+        raws = [event for _ts, _seq, event, _origin in ready if event.__class__ is bytes]
+        decoded = iter(decode_many(raws)) if raws else None  # queued raw (submit_raw)
         for _ts, _seq, event, origin in ready:
-            if event.__class__ is bytes:  # queued raw (submit_raw)
-                event = decode(event)
+            if event.__class__ is bytes:
+                event = next(decoded)
                 if isinstance(event, Rejection):  # validated before: only if the contract changed
                     if on_reject is not None:
                         on_reject(origin, event.reason)

@@ -16,11 +16,13 @@ goes to every bucket: each computes the same watermark from it
 from __future__ import annotations
 
 import zlib
+from functools import lru_cache
 from typing import Iterator, Optional, Sequence
 
 import orjson
 
-from isr.contract import Rejection, decode
+from isr.contract import Rejection
+from isr.contract.decode import decode_many
 from isr.engine.sequencer import FUTURE, future_reason, is_future
 
 # Records that are not events, made by the monitor's own sources; a Kafka
@@ -58,6 +60,8 @@ def pack_schema():
     return pa.schema([(name, pa.type_for_alias(t)) for name, t in PACK_TYPES.items()])
 
 
+# The three below run for every record, on few distinct arguments: cached.
+@lru_cache(maxsize=4096)
 def source_name(topic: str, partition: int) -> str:
     """A Kafka partition as topic/partition; a file (partition -1) by its name."""
     return topic if partition < 0 else f"{topic}/{partition}"
@@ -67,14 +71,20 @@ def stable_hash(text: str) -> int:
     return zlib.crc32(text.encode("utf-8", "surrogateescape"))
 
 
+@lru_cache(maxsize=1 << 17)  # the partitions of a large cluster
 def bucket_of(cluster: str, topic: str, partition: int, buckets: int) -> int:
     """The bucket that holds a monitored partition (the same on every run)."""
     return stable_hash(f"{cluster}\x00{topic}\x00{partition}") % buckets
 
 
+@lru_cache(maxsize=4096)
+def _source_tag(source: str) -> int:
+    return stable_hash(source) % (1 << 20)
+
+
 def arrival_seq(source: str, offset: int) -> int:
     """Arrival order: the offset within its source partition, then the source."""
-    return offset * (1 << 20) + stable_hash(source) % (1 << 20)
+    return offset * (1 << 20) + _source_tag(source)
 
 
 def to_ipc(data) -> bytes:
@@ -107,8 +117,9 @@ class Packer:
         latest: dict[str, list] = {}  # source -> [largest accepted ts, behind]
         behind = behind or [False] * len(values)
         everyone = range(n)
-        for key, value, topic, partition, offset, more in zip(keys, values, topics, partitions,
-                                                              offsets, behind):
+        decoded = decode_many(values)  # a marker or a lost record decodes to a Rejection
+        for key, value, topic, partition, offset, more, event in zip(
+                keys, values, topics, partitions, offsets, behind, decoded):
             source = source_name(topic, partition)
             # A file reports the line number (its key), Kafka the offset.
             where = _line(key) if partition < 0 else offset
@@ -118,15 +129,16 @@ class Packer:
                 for b in everyone:
                     rows[b].append(row)
                 continue
-            if is_end_of_input(value, partition):
+            if partition < 0 and is_end_of_input(value, partition):
                 row = (None, seq, value, source, where, None, None, _line(key))
                 for b in everyone:
                     rows[b].append(row)
                 continue
-            if is_data_loss(partition, offset):
+            if offset < 0 and is_data_loss(partition, offset):
                 event, reason, reason_class = None, _text(value), "data_loss"
-            else:
-                event, reason, reason_class = self._judge(value, clock_ms)
+            elif isinstance(event, Rejection) or clock_ms is not None:
+                event, reason, reason_class = self._judge(event, clock_ms)
+            # else: a valid event, and no clock to judge it against
             if event is None:
                 home = stable_hash(f"{source}@{offset}") % n
                 rows[home].append((None, seq, value, source, where, reason, reason_class,
@@ -148,12 +160,8 @@ class Packer:
         return [(label, _ipc_rows(bucket_rows) if bucket_rows else b"", summary)
                 for label, bucket_rows in zip(self.labels, rows)]
 
-    def _judge(self, value, clock_ms: Optional[int]):
-        """(event, None, None), or (None, reason, reason_class)."""
-        try:
-            event = decode(value)
-        except Exception as exc:  # noqa: BLE001 - decode never raises; if it ever did
-            return None, f"undecodable: {type(exc).__name__}", "invalid"
+    def _judge(self, event, clock_ms: Optional[int]):
+        """(event, None, None), or (None, reason, reason_class) for a decoded record."""
         if isinstance(event, Rejection):
             return None, event.reason, event.reason_class
         if clock_ms is not None and is_future(event.ts, clock_ms, self.max_future_ms):
