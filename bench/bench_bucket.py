@@ -61,8 +61,7 @@ def main() -> None:
         t2 = time.perf_counter()
         blob = p.save(bucket)
         t3 = time.perf_counter()
-        queued += len(bucket.engine.sequencer.queued) + (
-            bucket.waiting.num_rows if bucket.waiting is not None else 0)
+        queued += len(bucket.engine.sequencer.queued)
         spent["restore"] += t1 - t0
         spent["process"] += t2 - t1
         spent["save"] += t3 - t2
@@ -71,7 +70,7 @@ def main() -> None:
     per = ", ".join(f"{k} {v * 1e6 / events:.1f}" for k, v in spent.items())
     print(f"{n} partitions, {events} events in {args.batches} batches (round {args.round_ms} ms):"
           f" {events / total:,.0f} events/s; us/event: {per}; "
-          f"{queued // args.batches:,} events waiting per batch on average; "
+          f"{queued // args.batches:,} events queued per batch on average; "
           f"last state {len(blob) / n:.0f} bytes/partition; {out_rows} output rows")
 
 

@@ -59,7 +59,7 @@ def bench_stateful(args) -> None:
             f.write(orjson.dumps(ev) + b"\n")
     settings = load_settings(None, [f"stream.state_buckets={args.buckets}",
                                     f"stream.state_store={args.state_store}",
-                                    "monitor.allowed_lateness_ms=5000",
+                                    f"monitor.allowed_lateness_ms={args.lateness or 5000}",
                                     f"monitor.alerts.enabled={str(not args.no_alerts).lower()}"])
     spark = spark_session(settings, args.master, "isr-bench")
     spark.dataSource.register(LinesDataSource)
@@ -169,7 +169,7 @@ def bench_latency(args) -> None:
             f"kafka.bootstrap_servers={broker.bootstrap}", f"stream.state_buckets={args.buckets}",
             f"stream.checkpoint_location={work}/ck", "stream.trigger_interval=0 seconds",
             f"stream.state_store={args.state_store}",
-            f"monitor.allowed_lateness_ms={args.lateness}",
+            f"monitor.allowed_lateness_ms={args.lateness or 200}",
             "monitor.replica_lag_time_max_ms=10000", "input.starting_offsets=latest",
             # One partition: the embedded broker makes 3 for -1, and this reads partition 0.
             "output.partitions=1"])
@@ -226,7 +226,7 @@ def bench_latency(args) -> None:
             p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
             print(f"latency: {held:,.0f} events/s held ({scenario.topics[0].partitions} "
                   f"partitions), "
-                  f"allowed lateness {args.lateness} ms: {len(latencies)} expand decisions, "
+                  f"allowed lateness {args.lateness or 200} ms: {len(latencies)} expand decisions, "
                   f"p50 {statistics.median(latencies):,.0f} ms, p99 {p99:,.0f} ms")
         else:
             # Seen here: the embedded broker's consumer now and then gets
@@ -246,7 +246,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500_000, help="max events per micro-batch")
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--seconds", type=int, default=60)
-    ap.add_argument("--lateness", type=int, default=200)
+    ap.add_argument("--lateness", type=int, default=None,
+                    help="monitor.allowed_lateness_ms (default: 5000 stateful, 200 latency)")
     ap.add_argument("--state-store", default="rocksdb", choices=["rocksdb", "hdfs"])
     ap.add_argument("--round-ms", type=int, default=None,
                     help="event time of one round over all partitions (gen.stream); "

@@ -17,7 +17,7 @@ from isr.config import MonitorSettings
 from isr.contract.fast import encode
 from isr.engine import snapshot
 from isr.engine.local import LocalEngine
-from isr.stream.operator import BucketProcessor, _split_state
+from isr.stream.operator import BucketProcessor
 from isr.stream.throttle import StateThrottle
 from isr.stream.packing import END_OF_INPUT, END_OF_RUN, Packer, hold_of, unpack
 
@@ -51,13 +51,6 @@ def process(p, bucket, tasks, bucket_id=0):
                      hold_of([r[2] for r in mine]))
 
 
-def waiting(bucket) -> list[int]:
-    """The ts (from T0) of the events a bucket keeps for the watermark."""
-    queued = [q[0] for q in bucket.engine.sequencer.queued]
-    rows = bucket.waiting.column("ts").to_pylist() if bucket.waiting is not None else []
-    return sorted(ts - T0 for ts in queued + rows)
-
-
 def of_kind(out, kind):
     return [json.loads(r.value) for r in out if r.kind == kind]
 
@@ -82,7 +75,7 @@ def test_a_batch_applies_what_lies_below_its_own_watermark_and_keeps_only_the_re
     (change,) = of_kind(process(p, bucket, [pack(events)]), "isr_change")
     assert (change["ts"] - T0, change["action"]) == (45000, "shrink")
     # Queued: only what is above the watermark 60000 - 1000.
-    assert waiting(bucket) == [59500, 60000]
+    assert [q[0] - T0 for q in bucket.engine.sequencer.queued] == [59500, 60000]
     out = process(p, bucket, [pack([append(58000, 14)], first_offset=9)])
     assert [d["reason_class"] for d in of_kind(out, "dead_letter")] == ["late"]
 
@@ -200,8 +193,7 @@ def test_a_checkpoint_of_another_bucket_layout_stops_with_a_clear_error():
     assert bucket.engine.partitions["kafka"]  # the leader event was applied and saved
     with pytest.raises(ValueError, match=clear):  # a label that is a bucket of another layout
         p.restore(saved, (1, 8))
-    head, _waiting = _split_state(saved)
-    before_labels = zlib.compress(pickle.dumps(pickle.loads(zlib.decompress(head))[1:]))
+    before_labels = zlib.compress(pickle.dumps(pickle.loads(zlib.decompress(saved))[1:]))
     with pytest.raises(ValueError, match=clear):  # state of a version before labels
         p.restore(before_labels, (1, 4))
 
@@ -232,33 +224,22 @@ def test_packing_and_a_bucket_take_any_bytes_without_raising(values, clock):
     assert bucket.watermark == -1
 
 
-def test_states_saved_with_the_waiting_events_in_the_engine_still_restore():
-    """Older states hold the events that wait for the watermark in the
-    engine's queue: as JSON inside the snapshot (layout, snapshot), or
-    pickled raw (layout, snapshot, queue). They restore to the same decisions
-    as today's layout, which keeps them as Arrow rows."""
+def test_a_state_saved_with_its_queue_inside_the_snapshot_still_restores():
+    """States saved before the queue was kept apart (layout, snapshot) hold
+    their queued events as JSON in the snapshot: they restore to the same
+    decisions as the new layout (layout, snapshot, raw queue)."""
     p = BucketProcessor(MONITOR)
     bucket = p.restore(None)
     process(p, bucket, [pack([leader(0, replicas=[1, 2], isr=[1, 2]), append(10, 10)])])
-    assert waiting(bucket) == [0, 10]
-    today = p.save(bucket)
-    engine = bucket.engine  # the same bucket as older versions kept it
-    rows = bucket.waiting.to_pylist()
-    for row in rows:
-        engine.submit_raw(row["ts"], row["value"], row["seq"],
-                          (row["source"], row["offset"], row["value"]))
-    inside = zlib.compress(pickle.dumps((None, snapshot.snapshot(engine))))
-    apart = zlib.compress(pickle.dumps((None, snapshot.snapshot(engine, with_queue=False),
-                                        snapshot.queued_raw(engine))))
+    assert bucket.engine.sequencer.queued  # both events wait for the watermark
+    old = zlib.compress(pickle.dumps((None, snapshot.snapshot(bucket.engine))))
     outs = []
-    for blob in (inside, apart, today):
-        restored = p.restore(blob)
-        assert waiting(restored) == [0, 10]
-        out = process(p, restored, [pack([append(60000, 10)], first_offset=2)])
+    for blob in (old, p.save(bucket)):
+        out = process(p, p.restore(blob), [pack([append(60000, 10)], first_offset=2)])
         outs.append([(r.kind, r.value) for r in out])
     (change,) = [json.loads(v) for k, v in outs[0] if k == "isr_change"]
     assert change["action"] == "shrink"
-    assert outs[0] == outs[1] == outs[2]
+    assert outs[0] == outs[1]
 
 
 def end_of_run():

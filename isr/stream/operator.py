@@ -33,35 +33,21 @@ from isr.engine.sequencer import LATE
 from isr.engine.summary import model_stats
 from isr.errors import CheckpointError
 from isr.gc_tuning import fewer_gc_passes
-from isr.stream import waiting
 from isr.stream.packing import END_OF_RUN, PACK_COLUMNS, hold_of, unpack
 from isr.stream.throttle import StateThrottle
 
 STATE_SCHEMA = "engine binary"
-# A bucket's state: this, the length of the zlib'd engine state, that state,
-# then its waiting events (waiting.py). A state saved before them is the
-# zlib'd engine state alone (zlib's header never starts so).
-STATE_MAGIC = b"ISR\x02"
-
-
-def _split_state(blob: bytes) -> tuple[bytes, bytes]:
-    """(the zlib'd engine state, the waiting events' bytes)."""
-    if blob[:4] != STATE_MAGIC:
-        return blob, b""
-    n = int.from_bytes(blob[4:12], "big")
-    return blob[12:12 + n], blob[12 + n:]
 
 
 class Bucket:
     """One state key: its engine, and its layout (bucket index, number of
     buckets) so that a checkpoint is never read with another one."""
 
-    __slots__ = ("engine", "touched", "layout", "waiting")
+    __slots__ = ("engine", "touched", "layout")
 
     def __init__(self, engine: LocalEngine, touched: StateThrottle,
-                 layout: Optional[tuple[int, int]] = None, rows=None) -> None:
+                 layout: Optional[tuple[int, int]] = None) -> None:
         self.engine, self.touched, self.layout = engine, touched, layout
-        self.waiting = rows  # events at or above the watermark, as Arrow rows (waiting.py)
 
     @property
     def watermark(self) -> int:
@@ -103,8 +89,7 @@ class BucketProcessor:
         if blob is None:
             engine = LocalEngine(self.monitor, listeners=listeners, external_watermark=True)
             return Bucket(engine, touched, layout)
-        head, rows = _split_state(blob)
-        state = pickle.loads(zlib.decompress(head))
+        state = pickle.loads(zlib.decompress(blob))
         # (layout, snapshot, queue); before the queue was kept apart: (layout, snapshot)
         if len(state) not in (2, 3) or state[0] != layout:
             found = state[0] if len(state) in (2, 3, 4) else "without a layout"
@@ -115,20 +100,17 @@ class BucketProcessor:
                                       queued=state[2] if len(state) == 3 else None)
         except snapshot.StateVersionError as exc:
             raise version_error(exc) from None
-        return Bucket(engine, touched, layout, waiting.from_bytes(rows))
+        return Bucket(engine, touched, layout)
 
     @staticmethod
     def save(bucket: Bucket) -> bytes:
-        # Our own state store entry (never untrusted input), hence pickle.
-        # The events waiting for the watermark (every event of the allowed
-        # lateness) follow as Arrow rows (waiting.py); the engine's own queue,
-        # pickled as raw bytes, is empty but for a state saved before them.
+        # Our own state store entry (never untrusted input), hence pickle. The
+        # queue (every event of the allowed lateness, saved again each batch)
+        # is pickled as raw bytes: no JSON escaping, no decoding on restore.
         engine = bucket.engine
-        head = zlib.compress(pickle.dumps(
+        return zlib.compress(pickle.dumps(
             (bucket.layout, snapshot.snapshot(engine, with_queue=False),
              snapshot.queued_raw(engine)), protocol=5), 1)
-        return STATE_MAGIC + len(head).to_bytes(8, "big") + head + waiting.to_bytes(
-            bucket.waiting)
 
     def process(self, bucket_id: int, bucket: Bucket, table, hold: Optional[int]
                 ) -> list[OutputRecord]:
@@ -142,26 +124,10 @@ class BucketProcessor:
         dead: list[DeadLetter] = []
         end_ts = None
         flush = False
-        # Events at or above the batch's watermark wait as Arrow rows; those
-        # below it that waited join the batch's other rows (never late: they
-        # were above an earlier watermark). All of them at the end of input.
-        if table.column("end_ts").null_count < table.num_rows:
-            released, bucket.waiting = waiting.release(bucket.waiting, None)
-        else:
-            wm = bucket.watermark
-            if hold is not None:
-                wm = max(wm, hold - self.monitor.allowed_lateness_ms)
-            table, later = waiting.split(table, wm)
-            released, kept = waiting.release(bucket.waiting, wm)
-            bucket.waiting = waiting.join(kept, later)
-        submit = engine.submit_raw
-        if released is not None:
-            for ts, seq, value, source, offset in zip(
-                    *(released.column(name).to_pylist() for name in waiting.COLUMNS)):
-                submit(ts, value, seq, (source, offset, value))
         cols = {name: table.column(name).to_pylist() for name in PACK_COLUMNS}
         sources, offsets, reasons = cols["source"], cols["offset"], cols["reason"]
         ts_of = cols["ts"]
+        submit = engine.submit_raw
         for i, value in enumerate(cols["value"]):
             end = cols["end_ts"][i]
             if end is not None:
