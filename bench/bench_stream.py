@@ -49,7 +49,7 @@ def _progress_rate(query) -> tuple[float, int]:
 
 def bench_stateful(args) -> None:
     from isr.stream.files import LinesDataSource
-    from isr.stream.job import spark_session, start
+    from isr.stream.job import packing_reader, spark_session, start
     from isr.stream.source import SOURCE_COLUMNS
 
     work = tempfile.mkdtemp(prefix="isr-bench-")
@@ -63,14 +63,17 @@ def bench_stateful(args) -> None:
                                     f"monitor.alerts.enabled={str(not args.no_alerts).lower()}"])
     spark = spark_session(settings, args.master, "isr-bench")
     spark.dataSource.register(LinesDataSource)
-    df = (spark.readStream.format("isr_lines").option("paths", json.dumps([path]))
-          .option("end_ts", "0").option("maxOffsetsPerTrigger", str(args.batch)).load()
-          .select(*SOURCE_COLUMNS))
+    reader = (spark.readStream.format("isr_lines").option("paths", json.dumps([path]))
+              .option("end_ts", "0").option("maxOffsetsPerTrigger", str(args.batch)))
+    if args.pack_stage:
+        source = {"source_df": reader.load().select(*SOURCE_COLUMNS)}
+    else:
+        source = {"packed_source": lambda s: packing_reader(reader, s, live=False).load()}
     counts = {"rows": 0}
     started = time.perf_counter()
     q = start(spark, settings, lambda _i, rows: counts.__setitem__("rows", counts["rows"] + len(rows)),
-              source_df=df, trigger={"availableNow": True},
-              checkpoint=os.path.join(work, "ck"), live=False)
+              trigger={"availableNow": True}, checkpoint=os.path.join(work, "ck"), live=False,
+              **source)
     q.awaitTermination()
     wall = time.perf_counter() - started
     rate, batches = _progress_rate(q)
@@ -80,7 +83,8 @@ def bench_stateful(args) -> None:
                   [{k: o.get(k) for k in ("allUpdatesTimeMs", "commitTimeMs", "numRowsTotal",
                                            "stateMemory", "customMetrics")}
                    for o in p["stateOperators"]])
-    print(f"stateful{' (alerts off)' if args.no_alerts else ''}: {args.events} events, "
+    print(f"stateful{' (alerts off)' if args.no_alerts else ''}"
+          f"{' (packing stage)' if args.pack_stage else ''}: {args.events} events, "
           f"{args.partitions} partitions, {args.master}, "
           f"{spark.conf.get('spark.sql.shuffle.partitions')} "
           f"buckets, {batches} batches of <= {args.batch}: {rate:,.0f} events/s in warm "
@@ -253,6 +257,8 @@ def main() -> None:
                     help="event time of one round over all partitions (gen.stream); "
                          "500 is a cluster whose followers fetch every partition every 500 ms")
     ap.add_argument("--no-alerts", action="store_true", help="monitor.alerts.enabled = false")
+    ap.add_argument("--pack-stage", action="store_true",
+                    help="stateful: pack in a stage after the source (as before), not in its reader")
     args = ap.parse_args()
     {"stateful": bench_stateful, "e2e": bench_e2e, "latency": bench_latency}[args.mode](args)
 

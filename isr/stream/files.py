@@ -1,6 +1,8 @@
 """A bounded streaming source over JSON-lines files, for `isr replay --engine spark`.
 
-Same columns as the Kafka sources. `offset` is the line's index over all
+Same columns as the Kafka sources, or with the `isr.pack` option
+(source.pack_option) rows packed for the buckets as it reads, as the
+isr_kafka source does. `offset` is the line's index over all
 files (the arrival order the local engine uses), `key` its 1-based line
 number in its file (what a dead letter reports), `partition` is -1 (a file,
 not a Kafka partition). Lines whose index is in the `skip` option's file are
@@ -24,7 +26,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from isr.stream.packing import END_OF_INPUT
-from isr.stream.source import SCHEMA, record_batch
+from isr.stream.progress import RECORDS
+from isr.stream.source import packed_batches, pack_settings, record_batch, source_schema
 
 # Each micro-batch's lines are read by this many tasks of equal size (a
 # multiple of the cores here: 5 uneven chunks on 2 cores left one idle), and
@@ -66,6 +69,7 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.skip: list[int] = json.load(open(skip_path)) if skip_path else []
         limit = opts.get("maxoffsetspertrigger")
         self.max_rows = int(limit) if limit else None
+        self.pack = pack_settings(options)  # packs as it reads (source.pack_option)
         self.starts = [line_starts(p) for p in self.paths]
         # Global row index -> (file, line within file); +1 for the end row.
         self.total = sum(len(s) for s in self.starts) + 1
@@ -79,9 +83,11 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"row": 0}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        end = self.total
         if isinstance(limit, ReadMaxRows):
-            return {"row": min(self.total, start["row"] + limit.max_rows)}
-        return {"row": self.total}
+            end = min(end, start["row"] + limit.max_rows)
+        # Rows read, as the records a packing reader hides from numInputRows (progress.py).
+        return {"row": end, RECORDS: end - start["row"]}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
@@ -107,7 +113,7 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges
 
     def read(self, partition: LineRange) -> Iterator:
-        return read_lines(partition)
+        return packed_batches(self.pack, read_lines(partition), None)  # no clock: a replay
 
 
 def read_lines(r: LineRange, batch_rows: int = 8192) -> Iterator:
@@ -152,7 +158,7 @@ class LinesDataSource(DataSource):
         return "isr_lines"
 
     def schema(self) -> str:
-        return SCHEMA
+        return source_schema(self.options)
 
     def streamReader(self, schema) -> LinesStreamReader:
         return LinesStreamReader(self.options)

@@ -86,12 +86,21 @@ def source_options(settings: Settings) -> dict[str, str]:
     return opts
 
 
+def packing_reader(reader, settings: Settings, live: bool):
+    """A Python source's reader (isr_kafka, isr_lines) that packs what it
+    reads for the settings' buckets (source.pack_option)."""
+    from isr.stream.source import pack_option
+
+    return reader.option("isr.pack", pack_option(
+        bucket_labels(settings.stream.state_buckets), settings.monitor.max_future_ms, live))
+
+
 def read_source(spark, settings: Settings, pack_live: Optional[bool] = None):
     """The input stream's records (SOURCE_COLUMNS). `pack_live` (not None):
     the Python source packs them for the buckets as it reads (one row per
     bucket per batch read: PACKED_SCHEMA) and `packed` is not needed;
     `pack_live` says whether it is a live stream (packed's `live`)."""
-    from isr.stream.source import SOURCE_COLUMNS, IsrKafkaDataSource, pack_option
+    from isr.stream.source import SOURCE_COLUMNS, IsrKafkaDataSource
 
     if settings.input.source == "python":
         spark.dataSource.register(IsrKafkaDataSource)
@@ -103,9 +112,7 @@ def read_source(spark, settings: Settings, pack_live: Optional[bool] = None):
         reader = reader.option(k, v)
     pack = pack_live is not None and fmt == "isr_kafka"
     if pack:
-        reader = reader.option("isr.pack", pack_option(
-            bucket_labels(settings.stream.state_buckets), settings.monitor.max_future_ms,
-            pack_live))
+        reader = packing_reader(reader, settings, pack_live)
     try:
         df = reader.load()
     except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException
@@ -151,17 +158,22 @@ def decisions_stream(packed_df, settings: Settings, partition_metrics: bool = Fa
 
 def start(spark, settings: Settings, write_batch: Callable, source_df=None,
           trigger: Optional[dict] = None, checkpoint: Optional[str] = None, live: bool = True,
-          partition_metrics: bool = False):
+          partition_metrics: bool = False, packed_source: Optional[Callable] = None):
     """Start the query; `write_batch(batch_id, records)` receives each
     micro-batch's output records (OutputRecord) on the driver. `live`: the
     input is a live stream (future times are judged by the batch's clock);
-    a replay of files judges them by event time before (replay_spark.py)."""
+    a replay of files judges them by event time before (replay_spark.py).
+    The input: `source_df` (SOURCE_COLUMNS, packed by a stage), or
+    `packed_source(settings)`, a source that packs as it reads for the
+    settings' buckets (known only here), else the configured input."""
     checkpoint = checkpoint or settings.stream.checkpoint_location
     buckets = resolve(spark, settings.stream.state_buckets, checkpoint)
     spark.conf.set(SHUFFLE_PARTITIONS, str(buckets))  # one task per bucket
     settings = settings.model_copy(update={
         "stream": settings.stream.model_copy(update={"state_buckets": buckets})})
-    if source_df is None and settings.input.source == "python":
+    if packed_source is not None:
+        packed_df = packed_source(settings)
+    elif source_df is None and settings.input.source == "python":
         packed_df = read_source(spark, settings, pack_live=live)  # packs as it reads
     else:
         packed_df = packed(read_source(spark, settings) if source_df is None else source_df,

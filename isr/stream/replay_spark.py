@@ -56,8 +56,7 @@ class Admission:
 def replay_spark(sources: list[str], settings: Settings, spark=None,
                  max_offsets_per_trigger: Optional[int] = None) -> ReplayResult:
     from isr.stream.files import LinesDataSource
-    from isr.stream.job import spark_session, start
-    from isr.stream.source import SOURCE_COLUMNS
+    from isr.stream.job import packing_reader, spark_session, start
 
     workdir = tempfile.mkdtemp(prefix="isr-replay-")
     try:
@@ -82,10 +81,10 @@ def replay_spark(sources: list[str], settings: Settings, spark=None,
                   .option("skip", skip))
         if max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-        source_df = reader.load().select(*SOURCE_COLUMNS)
         rows: list[OutputRecord] = []
         query = start(spark, settings, lambda _id, batch: rows.extend(batch),
-                      source_df=source_df, trigger={"availableNow": True},
+                      packed_source=lambda s: packing_reader(reader, s, live=False).load(),
+                      trigger={"availableNow": True},
                       checkpoint=os.path.join(workdir, "checkpoint"), live=False)
         query.awaitTermination()
         return collect(rows, settings, admitted.lines, admitted.dead)

@@ -115,8 +115,29 @@ CLOCK = "~clock"  # the batch's clock (ms) when the reader packs: the future tes
 
 def pack_option(labels, max_future_ms: int, live: bool) -> str:
     """The `isr.pack` option: the reader packs what it reads for the buckets
-    (packing.py) and its rows are PACKED_SCHEMA's, not SCHEMA's."""
+    (packing.py) and its rows are PACKED_SCHEMA's, not SCHEMA's. Both Python
+    sources take it (this one and files.py)."""
     return json.dumps({"labels": list(labels), "max_future_ms": max_future_ms, "live": live})
+
+
+def pack_settings(options) -> Optional[dict]:
+    """The `isr.pack` option's settings; None: the reader does not pack."""
+    pack = {str(k).lower(): v for k, v in dict(options).items()}.get("isr.pack")
+    return json.loads(pack) if pack else None
+
+
+def source_schema(options) -> str:
+    return PACKED_SCHEMA if pack_settings(options) is not None else SCHEMA
+
+
+def packed_batches(pack: Optional[dict], batches: Iterator, clock: Optional[int]) -> Iterator:
+    """A reader's Arrow batches, packed for the buckets if it packs: Spark
+    then sees a row per bucket per batch read, not one per event, and no
+    packing stage runs after the source."""
+    if pack is None:
+        return batches
+    packer = Packer(pack["labels"], pack["max_future_ms"])
+    return (pack_batch(packer, b, clock) for b in batches if b.num_rows)
 
 
 class EndOfRunRow(InputPartition):
@@ -152,8 +173,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.outage_s = float(self.options.get("isr.outagetimeouts", DEFAULT_OUTAGE_S))
         self.latest: dict[str, int] = {}
         self.target: Optional[dict[str, int]] = None  # Trigger.AvailableNow
-        pack = self.options.get("isr.pack")
-        self.pack: Optional[dict] = json.loads(pack) if pack else None
+        self.pack = pack_settings(self.options)
 
     # ------------------------------------------------------------ offsets
     def _marks(self) -> dict[str, tuple[int, int]]:
@@ -268,12 +288,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                          partition.partition, [-1])])
         else:
             batches = read_range(partition)
-        if self.pack is None:
-            return batches
-        # Packed here, in the reader: Spark sees a row per bucket per batch
-        # read, not one per event, and no packing stage runs after it.
-        packer = Packer(self.pack["labels"], self.pack["max_future_ms"])
-        return (pack_batch(packer, b, partition.clock) for b in batches if b.num_rows)
+        return packed_batches(self.pack, batches, partition.clock)
 
 
 def read_range(r: KafkaRange) -> Iterator:
@@ -367,8 +382,7 @@ class IsrKafkaDataSource(DataSource):
         return "isr_kafka"
 
     def schema(self) -> str:
-        options = {str(k).lower() for k in dict(self.options)}
-        return PACKED_SCHEMA if "isr.pack" in options else SCHEMA
+        return source_schema(self.options)
 
     def streamReader(self, schema) -> KafkaStreamReader:
         return KafkaStreamReader(self.options)
