@@ -176,16 +176,17 @@ def test_a_batch_decodes_exactly_as_its_messages_one_by_one(raws):
     assert _verdicts(decode_many(raws)) == _verdicts(decode(r) for r in raws)
 
 
-def test_messages_that_join_into_other_valid_lines_are_still_decoded_one_by_one():
+@pytest.mark.parametrize("between", [b"\n", b" ", b""])
+def test_messages_that_join_into_other_valid_values_are_still_decoded_one_by_one(between):
     """Joined by newlines, the two halves of a split object make one valid
-    event again and a message holding two events on two lines makes two: as
-    many events as messages, all valid, yet no message alone is an event."""
+    event again, and a message holding two events makes two: as many events
+    as messages, all valid, yet no message alone is an event."""
     from isr.contract.decode import decode_many
 
     good = b'{"v":1,"type":"append","ts":1,"topic":"t","partition":0,"leader":1,' \
            b'"leader_epoch":1,"leader_leo":3}'
     cut = good.index(b'"topic"')  # between two fields
-    raws = [good[:cut], good[cut:], good + b"\n" + good]
+    raws = [good[:cut], good[cut:], good + between + good]
     assert [type(r) for r in decode_many(raws)] == [Rejection] * 3
     assert [r.reason for r in decode_many(raws)] == [decode(r).reason for r in raws]
 

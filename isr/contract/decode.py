@@ -72,20 +72,28 @@ def decode(raw: Union[bytes, str, None]) -> Union[Any, Rejection]:
 
 
 def decode_many(raws: Sequence) -> list:
-    """`decode` of each message, the valid ones in one msgspec call per chunk:
-    the chunk joined by newlines is decoded as JSON lines. That holds only if
-    no message has a newline of its own (the joined buffer then has exactly
-    one between each two) and every line decodes to one event; otherwise the
-    chunk's messages are decoded one by one, so the result and every reason
-    are exactly `decode`'s."""
+    """`decode` of each message, the valid ones in one msgspec call per chunk.
+
+    The chunk is joined by newlines and decoded as a sequence of JSON values
+    (msgspec's `decode_lines`, which reads whitespace-separated values, not
+    strictly one per line). That is each message's own verdict only if no
+    value can span two messages: so every message must start with `{`, end
+    with `}` and hold no newline. A newline then sits only between `}` and
+    `{`, which no JSON value holds inside (nor a string, which cannot hold a
+    raw newline): each message parses on its own, each gives at least one
+    value, and as many values as messages means one each. Any other chunk,
+    or one with a bad message, is decoded one message at a time: the result
+    and every reason are exactly `decode`'s."""
     out: list = []
     for start in range(0, len(raws), DECODE_CHUNK):
         chunk = raws[start:start + DECODE_CHUNK]
         try:
             joined = b"\n".join(chunk)  # TypeError on None (a tombstone) or text
-            if joined.count(b"\n") == len(chunk) - 1:
+            seams = len(chunk) - 1
+            if (joined[:1] == b"{" and joined[-1:] == b"}" and joined.count(b"\n") == seams
+                    and joined.count(b"}\n{") == seams):
                 events = fast.DECODER.decode_lines(joined)
-                if len(events) == len(chunk):  # a blank message is no line at all
+                if len(events) == len(chunk):
                     out.extend(events)
                     continue
         except Exception:  # noqa: BLE001 - one bad message: decode() says which and why
