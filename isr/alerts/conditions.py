@@ -78,13 +78,12 @@ def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
             out[("FollowerLagging", r)] = numbers
         if t is not None and (due is None or t < due):
             due = t
-    if P.stalled and leader >= 0 and leader_leo > v.hw:
-        stalled = T - w.stall.since
-        if stalled > P.stall_ms:
-            out[("HighWatermarkStalled", PARTITION)] = (v.hw, stalled, leader_leo)
-        else:
-            t = w.stall.since + P.stall_ms + 1
-            if due is None or t < due:
+    if P.stalled:
+        t = stall_crossing(w, v, P)
+        if t is not None:
+            if t <= T:
+                out[("HighWatermarkStalled", PARTITION)] = (v.hw, T - w.stall.since, leader_leo)
+            elif due is None or t < due:
                 due = t
     if P.slow and (w.unserved or w.served_ms):
         limit = P.slow_ms
@@ -129,6 +128,14 @@ def lag_crossings(v: PartitionView, T: int, P: RuleParams
         elif due is None or t < due:
             due = t
     return lagging, due
+
+
+def stall_crossing(w: Watch, v: PartitionView, P: RuleParams) -> Optional[int]:
+    """The first instant HighWatermarkStalled holds (the HW has stood still
+    for more than `stall_ms`), or None while the HW is not behind the LEO."""
+    if v.leader < 0 or v.leader_leo <= v.hw:
+        return None
+    return w.stall.since + P.stall_ms + 1
 
 
 def still_lagging(v: PartitionView, replica: int, T: int, P: RuleParams) -> bool:

@@ -18,7 +18,7 @@ from typing import Optional
 
 from isr.alerts.catalog import CATALOG, RULES
 from isr.alerts.conditions import (PARTITION, RuleParams, describe, lag_crossings, scan,
-                                   still_lagging)
+                                   stall_crossing, still_lagging)
 from isr.alerts.watch import AtChange, PartitionView, Watch
 from isr.config import AlertSettings
 from isr.contract.decisions import Alert, IsrChange
@@ -128,8 +128,8 @@ class AlertEvaluator:
         alerts = w.alerts
         if alerts and not all(name in APPEND_STABLE for name, _r in alerts):
             return False
-        due = self.due_by(w, ts)
-        if due is not None and due <= ts:
+        now_due = self.due_by(w, ts)
+        if now_due is not None and now_due <= ts:
             return False
         due = w.due
         params = self._params.get(w.topic) or self.params(w.topic)
@@ -140,10 +140,9 @@ class AlertEvaluator:
                     return False
             if t is not None and (due is None or t < due):
                 due = t
-        if params.stalled and model.leader >= 0 and model.leader_leo > model.hw:
-            # (A stall that a fetch began, raising the LEO, may already be over its limit.)
-            t = w.stall.since + params.stall_ms + 1
-            if t <= ts:
+        t = stall_crossing(w, model, params) if params.stalled else None
+        if t is not None:
+            if t <= ts:  # a stall that a fetch began, raising the LEO, may be over its limit
                 return False
             if due is None or t < due:
                 due = t
