@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from gen import stream  # noqa: E402
 
 from isr.config import MonitorSettings  # noqa: E402
+from isr.gc_tuning import fewer_gc_passes  # noqa: E402
 from isr.stream.operator import BucketProcessor  # noqa: E402
 from isr.stream.packing import Packer, hold_of, unpack  # noqa: E402
 
@@ -38,13 +39,15 @@ def main() -> None:
     ap.add_argument("--round-ms", type=int, default=500)
     ap.add_argument("--state-interval-ms", type=int, default=0,
                     help="output.state_interval_ms (0: a partition_state per touched partition)")
+    ap.add_argument("--lateness", type=int, default=5000, help="monitor.allowed_lateness_ms")
     args = ap.parse_args()
     n = args.partitions
     values = [orjson.dumps(e) for e in stream(n, n * args.events_per_partition,
                                               round_ms=args.round_ms)]
     size = -(-len(values) // args.batches)
-    p = BucketProcessor(MonitorSettings(), args.state_interval_ms)
-    packer = Packer([0], MonitorSettings().max_future_ms)
+    monitor = MonitorSettings(allowed_lateness_ms=args.lateness)
+    p = BucketProcessor(monitor, args.state_interval_ms)
+    packer = Packer([0], monitor.max_future_ms)
     blob = None
     spent = {"restore": 0.0, "process": 0.0, "save": 0.0}
     out_rows = queued = 0
@@ -75,4 +78,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with fewer_gc_passes():  # as the operator runs (operator.make_state_function)
+        main()

@@ -17,7 +17,7 @@ from isr.config import MonitorSettings
 from isr.contract.fast import encode
 from isr.engine import snapshot
 from isr.engine.local import LocalEngine
-from isr.stream.operator import BucketProcessor
+from isr.stream.operator import BucketProcessor, compress_state, decompress_state
 from isr.stream.throttle import StateThrottle
 from isr.stream.packing import END_OF_INPUT, END_OF_RUN, Packer, hold_of, unpack
 
@@ -193,7 +193,7 @@ def test_a_checkpoint_of_another_bucket_layout_stops_with_a_clear_error():
     assert bucket.engine.partitions["kafka"]  # the leader event was applied and saved
     with pytest.raises(ValueError, match=clear):  # a label that is a bucket of another layout
         p.restore(saved, (1, 8))
-    before_labels = zlib.compress(pickle.dumps(pickle.loads(zlib.decompress(saved))[1:]))
+    before_labels = compress_state(pickle.dumps(pickle.loads(decompress_state(saved))[1:]))
     with pytest.raises(ValueError, match=clear):  # state of a version before labels
         p.restore(before_labels, (1, 4))
 
@@ -226,15 +226,18 @@ def test_packing_and_a_bucket_take_any_bytes_without_raising(values, clock):
 
 def test_a_state_saved_with_its_queue_inside_the_snapshot_still_restores():
     """States saved before the queue was kept apart (layout, snapshot) hold
-    their queued events as JSON in the snapshot: they restore to the same
-    decisions as the new layout (layout, snapshot, raw queue)."""
+    their queued events as JSON in the snapshot, and were compressed with
+    zlib: they restore to the same decisions as the new layout (layout,
+    snapshot, raw queue), compressed with zstd."""
     p = BucketProcessor(MONITOR)
     bucket = p.restore(None)
     process(p, bucket, [pack([leader(0, replicas=[1, 2], isr=[1, 2]), append(10, 10)])])
     assert bucket.engine.sequencer.queued  # both events wait for the watermark
     old = zlib.compress(pickle.dumps((None, snapshot.snapshot(bucket.engine))))
     outs = []
-    for blob in (old, p.save(bucket)):
+    new = p.save(bucket)
+    assert new[:2] != old[:2]  # zstd and zlib: both readers are exercised
+    for blob in (old, new):
         out = process(p, p.restore(blob), [pack([append(60000, 10)], first_offset=2)])
         outs.append([(r.kind, r.value) for r in out])
     (change,) = [json.loads(v) for k, v in outs[0] if k == "isr_change"]
