@@ -14,8 +14,8 @@ BROKERS = [1, 2, 3, 4]
 @st.composite
 def event_streams(draw, max_events: int = 60, jitter_ms: int = 0):
     """A plausible stream for two partitions and four brokers: leader changes,
-    reassignments, appends, fetches (caught up, behind, truncated), KIP-501
-    fetch starts, broker lifecycle. Valid by the contract; not always sensible
+    reassignments, appends, fetches (caught up, behind, truncated, reporting a
+    leader LEO no append did), KIP-501 fetch starts, broker lifecycle. Valid by the contract; not always sensible
     to the model (stale epochs, unknown replicas), which is the point."""
     n = draw(st.integers(1, max_events))
     t = 0
@@ -42,6 +42,8 @@ def event_streams(draw, max_events: int = 60, jitter_ms: int = 0):
             leo[p] += draw(st.integers(0, 50))
             events.append(dict(base, type="append", leader_leo=leo[p]))
         elif kind in ("fetch", "fetch_start") and followers:
+            if draw(st.integers(0, 5)) == 0:  # the leader appended, unseen: the fetch tells
+                leo[p] += draw(st.integers(1, 30))
             offset = draw(st.integers(0, leo[p]))
             extra = {}
             if kind == "fetch":

@@ -4,6 +4,8 @@ definition implies; the lifecycle survives a restart from a snapshot."""
 from __future__ import annotations
 
 from helpers import T0, append, event, fetch, fetch_start, leader, run
+from hypothesis import HealthCheck, given, settings
+from strategies import event_streams
 
 from isr.config import AlertSettings, MonitorSettings
 from isr.contract.decisions import Alert, output_order
@@ -95,6 +97,58 @@ def test_an_append_that_leaves_long_idle_followers_behind_starts_their_lag_at_on
     assert transitions(r, "FollowerLagging", 2) == [(20000, "firing", 20000),
                                                    (21000, "resolved", 20000)]
     assert transitions(r, "FollowerLagging", 3) == [(20000, "firing", 20000)]
+
+
+def test_a_fetch_that_reveals_a_higher_leader_leo_starts_the_lag_of_the_followers_behind():
+    # No append reaches the monitor: follower 2's fetch at 20 s is the first to
+    # report the leader's LEO at 10. Both followers last caught up at 0.5 s,
+    # so from that fetch on both lag 19.5 s > 15 s; follower 3 catches up at 21 s.
+    events = [leader(0), fetch(500, 2, 0, 0), fetch(500, 3, 0, 0), fetch(20000, 2, 0, 10),
+              fetch(21000, 3, 10, 10)]
+    r = run(events)
+    assert transitions(r, "FollowerLagging", 2) == [(20000, "firing", 20000)]
+    assert transitions(r, "FollowerLagging", 3) == [(20000, "firing", 20000),
+                                                   (21000, "resolved", 20000)]
+
+
+def test_a_hw_stall_from_a_fetch_that_reveals_a_higher_leader_leo_is_seen_when_it_crosses():
+    # As the append test below, with the LEO of 10 first reported by a fetch at 1 s.
+    events = [leader(0), fetch(500, 2, 0, 0), fetch(500, 3, 0, 0), fetch(1000, 2, 0, 10),
+              fetch(20000, 2, 10, 10), fetch(20000, 3, 10, 10)]
+    r = run(events)
+    assert transitions(r, "HighWatermarkStalled") == [(11001, "firing", 11001),
+                                                     (20000, "resolved", 11001)]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(event_streams(max_events=80))
+def test_the_shortcuts_raise_the_same_alerts_as_a_scan_after_every_event(events):
+    """The evaluator skips a scan when it finds that no condition can change
+    (evaluator.py): each skip must be one that a scan would agree with."""
+    policies = ["legacy", "kip16", "kafka", "kip501"]
+    outputs = []
+    for exhaustive in (False, True):
+        engine = LocalEngine(MonitorSettings(policy=policies))
+        for listener in engine.listeners:
+            if listener.name == "alerts":
+                listener.evaluator.exhaustive = exhaustive
+        for seq, ev in enumerate(events):
+            engine.submit(ev, seq)
+        engine.finish()
+        outputs.append(sorted(engine.decisions, key=output_order))
+    assert outputs[0] == outputs[1]
+
+
+def test_an_append_that_reaches_a_follower_ahead_of_a_new_leader_ends_its_lag():
+    # Epoch 2 starts at offset 50 with follower 2 at 60 (ahead): it lags from
+    # the new epoch's grace (2 s) on, more than 15 s at 17.001 s, until the
+    # leader's LEO reaches 60 with the append at 40 s.
+    events = [leader(0), append(400, 60), fetch(500, 2, 60, 60), fetch(500, 3, 60, 60),
+              leader(2000, leader_epoch=2, start=50, isr=[1, 2]),
+              append(40000, 60, leader_epoch=2)]
+    r = run(events)
+    assert transitions(r, "FollowerLagging", 2) == [(17001, "firing", 17001),
+                                                   (40000, "resolved", 17001)]
 
 
 def test_a_hw_stall_from_an_append_is_seen_when_it_crosses_not_at_a_later_look():

@@ -36,8 +36,10 @@ class Rule:
     # A fetch that changes no ISR only lowers a lag, moves the HW or ends a
     # silence: rules it cannot end let the evaluator skip work on most fetches.
     fetch_can_end: bool
-    # An append that changes no ISR only raises the leader's LEO: it cannot
-    # end a lag, but it ends a silence, and it moves the HW of a leader alone.
+    # An append that changes no ISR only raises the leader's LEO: it ends a
+    # silence and moves the HW of a leader alone. It ends a lag only where the
+    # LEO reaches a follower ahead of it (after a leader change), which the
+    # evaluator checks apart, so FollowerLagging counts as not ended here.
     append_can_end: bool
     describe: Callable[[tuple, Any], str]  # (the scan's numbers, RuleParams) -> sentence
     for_ms: int = 0

@@ -42,9 +42,14 @@ def fingerprint(labels: dict[str, str]) -> str:
 
 
 class AlertEvaluator:
-    def __init__(self, cfg: AlertSettings, replica_lag_time_max_ms: int) -> None:
+    def __init__(self, cfg: AlertSettings, replica_lag_time_max_ms: int,
+                 exhaustive: bool = False) -> None:
+        """`exhaustive`: scan after every event, without the shortcuts below
+        that skip a scan when no condition can change: the reference they
+        are tested against (their alerts must be the same)."""
         self.cfg = cfg
         self.lag_max_ms = replica_lag_time_max_ms
+        self.exhaustive = exhaustive
         self._params: dict[str, RuleParams] = {}
 
     def params(self, topic: str) -> RuleParams:
@@ -63,14 +68,21 @@ class AlertEvaluator:
     def after_event(self, w: Watch, model: PartitionView, event, out: list) -> None:
         ts, kind = event.ts, event.type
         w.last_event_ts = ts
-        hw, stall = model.hw, w.stall
-        if hw != stall.hw or (model.leader_leo > hw) != stall.behind:  # else a no-op
-            stall.note(hw, model.leader_leo, ts)
+        hw, stall, leader_leo = model.hw, w.stall, model.leader_leo
+        if hw != stall.hw or (leader_leo > hw) != stall.behind:  # else a no-op
+            stall.note(hw, leader_leo, ts)
+        # The leader's LEO, and before the first leader event the replicas (a
+        # fetch of a replica not seen yet adds it: docs/rules.md), can move at
+        # any event, and can start or end a lag, a stall or a condition on the
+        # ISR's health: only an append's new LEO is checked on the spot
+        # (_quiet_append); any other move is scanned. -1: not known (after a
+        # restore or an ignored event), so the event is scanned.
+        known = w.leader_leo >= 0
+        n = len(model.replicas)
+        moved = leader_leo != w.leader_leo or n != w.replica_count
+        if moved:
+            w.leader_leo, w.replica_count = leader_leo, n
         if kind == "fetch":
-            # A fetch without an ISR change (those come through on_change) only
-            # lowers a lag, moves the HW forward or ends a silence: unless an
-            # alert that could end that way is active, or something is due, or
-            # the fetch was slow, no condition changes now and the scan is skipped.
             replica = event.replica
             if w.unserved:
                 w.unserved.pop(replica, None)
@@ -81,15 +93,11 @@ class AlertEvaluator:
             else:
                 if w.served_ms:
                     w.served_ms.pop(replica, None)
-                if not w.alerts or self._fetch_keeps_alerts(w, model, replica, ts, params):
-                    due = self.due_by(w, ts)
-                else:
-                    due = ts
-                if due is None or due > ts:
+                if not moved and self._quiet_fetch(w, model, replica, ts, params):
                     w.t = ts  # (read only while an alert is active)
                     return
         elif kind == "append":
-            if self._quiet_append(w, model, ts):
+            if known and self._quiet_append(w, model, ts):
                 return
         elif kind == "fetch_start":
             w.unserved.setdefault(event.replica, ts)
@@ -100,6 +108,44 @@ class AlertEvaluator:
         elif kind == "isr":
             w.reported = list(event.isr)
         self._step(w, model, ts, out)
+
+    def after_ignored(self, w: Watch, model: PartitionView, ts: int, out: list) -> None:
+        """An event the model ignored or rejected at `ts` (rare): it ends a
+        silence, and the first fetch of a replica before any leader event
+        adds it even when the fetch is then refused. Scanned, and so is the
+        next event."""
+        w.last_event_ts = ts
+        w.leader_leo = -1
+        self._step(w, model, ts, out)
+
+    def after_broker(self, w: Watch, model: PartitionView, ts: int, out: list) -> None:
+        """A broker event of the partition's cluster was applied at `ts`."""
+        self._step(w, model, ts, out)
+
+    def _quiet_fetch(self, w: Watch, model: PartitionView, replica: int, ts: int,
+                     P: RuleParams) -> bool:
+        """Whether no condition changes at a fetch that moved neither the
+        leader's LEO nor the replicas and changed no ISR (those come through
+        on_change), so the scan is skipped. Such a fetch lowers its
+        follower's lag, moves the HW forward or ends a silence, so it can end
+        only the alerts that are not FETCH_STABLE. It can start only its own
+        follower's lag, where that follower had none (it had never caught
+        up, or it was at the LEO and truncated below it): started at once,
+        or its instant goes to `due`."""
+        f = model.followers.get(replica)
+        if P.lagging and f is not None and f.leo != model.leader_leo:
+            caught_up = f.last_caught_up_ts
+            if caught_up > 0:
+                t = caught_up + P.lag_limit_ms + 1  # as lag_crossings
+                if t > ts:
+                    if w.due is None or t < w.due:
+                        w.due = t
+                elif replica in model.isr and ("FollowerLagging", replica) not in w.alerts:
+                    return False
+        if w.alerts and not self._fetch_keeps_alerts(w, model, replica, ts, P):
+            return False
+        due = self.due_by(w, ts)
+        return due is None or due > ts
 
     @staticmethod
     def _fetch_keeps_alerts(w: Watch, model: PartitionView, replica: int, T: int,
@@ -120,11 +166,13 @@ class AlertEvaluator:
     def _quiet_append(self, w: Watch, model: PartitionView, ts: int) -> bool:
         """Whether no condition changes at an append (a new leader LEO, no ISR
         change), so the scan is skipped. It can end only the alerts that are
-        not APPEND_STABLE, and start only FollowerLagging, of a follower that
-        was at the old LEO and last caught up long ago. It can bring forward
-        the instants where a lag or a stalled HW crosses its threshold: `due`
-        takes them. (An earlier instant left in `due`, that this event put
-        off, costs a scan there that finds nothing.)"""
+        not APPEND_STABLE and the FollowerLagging of a follower ahead of the
+        leader that the LEO reached (as after a leader change), and start only
+        FollowerLagging, of a follower that was at the old LEO and last caught
+        up long ago. It can bring forward the instants where a lag or a
+        stalled HW crosses its threshold: `due` takes them. (An earlier
+        instant left in `due`, that this event put off, costs a scan there
+        that finds nothing.)"""
         alerts = w.alerts
         if alerts and not all(name in APPEND_STABLE for name, _r in alerts):
             return False
@@ -137,6 +185,10 @@ class AlertEvaluator:
             lagging, t = lag_crossings(model, ts, params)
             for r, _numbers in lagging:
                 if ("FollowerLagging", r) not in alerts:
+                    return False
+            if len(lagging) < len(alerts):  # one may have ended: a follower the LEO reached
+                still = {r for r, _numbers in lagging}
+                if any(name == "FollowerLagging" and r not in still for name, r in alerts):
                     return False
             if t is not None and (due is None or t < due):
                 due = t
@@ -208,6 +260,8 @@ class AlertEvaluator:
             w.alerts_due_floor = min(since + P.for_ms[name] if fired < 0 else sent + repeat
                                      for (name, _r), (since, fired, sent) in w.alerts.items())
         w.t = T
+        if self.exhaustive:  # forget what lets the next event or instant skip its scan
+            w.leader_leo = w.alerts_due_floor = -1
 
     def _record(self, w: Watch, key: tuple[str, int], P: RuleParams, status: str,
                 started: int, T: int, description: str) -> Alert:

@@ -42,9 +42,14 @@ class AlertListener(Listener):
         w = model.watch or self._watch(model)
         if outcome is None:
             self.evaluator.after_event(w, model, event, out)
-        else:  # ignored or rejected: the feed is alive, nothing else changed
-            w.last_event_ts = event.ts
-            self.evaluator.advance(w, model, event.ts, True, out)
+        else:  # ignored or rejected
+            self.evaluator.after_ignored(w, model, event.ts, out)
+
+    def on_broker(self, model, event, out: list) -> None:
+        # A broker leaving can leave the partition leaderless with no ISR
+        # change (the model's controller_removal): the conditions are looked
+        # at again at the event.
+        self.evaluator.after_broker(model.watch or self._watch(model), model, event.ts, out)
 
     def to_state(self) -> list:
         return [w.to_list() for _key, w in sorted(self.watches.items())]

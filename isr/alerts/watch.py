@@ -36,7 +36,7 @@ class AtChange:
 class Watch:
     __slots__ = ("cluster", "topic", "partition", "policy", "t", "due", "stall",
                  "last_event_ts", "served_ms", "unserved", "reported", "flaps", "alerts",
-                 "alerts_due_floor")
+                 "alerts_due_floor", "leader_leo", "replica_count")
 
     def __init__(self, cluster: str, topic: str, partition: int, policy: str) -> None:
         self.cluster, self.topic, self.partition, self.policy = cluster, topic, partition, policy
@@ -54,6 +54,9 @@ class Watch:
         # No alert's `for` or repeat instant lies before this (set by each step;
         # -1: not known, as after a restore), so most events skip computing them.
         self.alerts_due_floor = -1
+        # The leader's LEO and number of replicas after the last event (-1:
+        # not known, as after a restore: the next event is scanned).
+        self.leader_leo = self.replica_count = -1
 
     def to_list(self) -> list:
         s = self.stall
