@@ -15,6 +15,7 @@ from typing import Optional
 
 from isr.alerts.catalog import RULES
 from isr.alerts.watch import PartitionView, Watch
+from isr.model.follower import Follower
 from isr.model.health import isr_health
 from isr.model.rules import at_leader_leo, lag_ms
 
@@ -119,15 +120,23 @@ def lag_crossings(v: PartitionView, T: int, P: RuleParams
         f = followers.get(r)
         if f is None:
             continue  # the leader itself
-        caught_up = f.last_caught_up_ts
-        if caught_up <= 0 or at_leader_leo(f, leader_leo):
-            continue  # lag_ms: never caught up, or no lag (none to grow at the LEO)
-        t = caught_up + limit + 1  # the first instant lag_ms > limit
+        t = lag_crossing(f, leader_leo, limit)
+        if t is None:
+            continue
         if t <= T:
             lagging.append((r, (r, lag_ms(f, leader_leo, T), limit, f.leo, leader_leo)))
         elif due is None or t < due:
             due = t
     return lagging, due
+
+
+def lag_crossing(f: Follower, leader_leo: int, limit: int) -> Optional[int]:
+    """The first instant a follower's lag (lag_ms) exceeds `limit`; None if it
+    has none to grow: never caught up, or at the leader's LEO."""
+    caught_up = f.last_caught_up_ts
+    if caught_up <= 0 or at_leader_leo(f, leader_leo):
+        return None
+    return caught_up + limit + 1
 
 
 def stall_crossing(w: Watch, v: PartitionView, P: RuleParams) -> Optional[int]:

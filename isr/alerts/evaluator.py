@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from isr.alerts.catalog import CATALOG, RULES
-from isr.alerts.conditions import (PARTITION, RuleParams, describe, lag_crossings, scan,
-                                   stall_crossing, still_lagging)
+from isr.alerts.conditions import (PARTITION, RuleParams, describe, lag_crossing,
+                                   lag_crossings, scan, stall_crossing, still_lagging)
 from isr.alerts.watch import AtChange, PartitionView, Watch
 from isr.config import AlertSettings
 from isr.contract.decisions import Alert, IsrChange
@@ -119,8 +119,12 @@ class AlertEvaluator:
         self._step(w, model, ts, out)
 
     def after_broker(self, w: Watch, model: PartitionView, ts: int, out: list) -> None:
-        """A broker event of the partition's cluster was applied at `ts`."""
-        self._step(w, model, ts, out)
+        """A broker event of the partition's cluster was applied at `ts`. Any
+        ISR change it caused came through on_change; what else it can change
+        is the leader, gone (the model's controller_removal). So only a
+        leaderless partition is scanned, not every partition of the cluster."""
+        if model.leader < 0 or self.exhaustive:
+            self._step(w, model, ts, out)
 
     def _quiet_fetch(self, w: Watch, model: PartitionView, replica: int, ts: int,
                      P: RuleParams) -> bool:
@@ -133,15 +137,13 @@ class AlertEvaluator:
         up, or it was at the LEO and truncated below it): started at once,
         or its instant goes to `due`."""
         f = model.followers.get(replica)
-        if P.lagging and f is not None and f.leo != model.leader_leo:
-            caught_up = f.last_caught_up_ts
-            if caught_up > 0:
-                t = caught_up + P.lag_limit_ms + 1  # as lag_crossings
-                if t > ts:
-                    if w.due is None or t < w.due:
-                        w.due = t
-                elif replica in model.isr and ("FollowerLagging", replica) not in w.alerts:
-                    return False
+        t = lag_crossing(f, model.leader_leo, P.lag_limit_ms) if P.lagging and f else None
+        if t is not None:
+            if t > ts:
+                if w.due is None or t < w.due:
+                    w.due = t
+            elif replica in model.isr and ("FollowerLagging", replica) not in w.alerts:
+                return False
         if w.alerts and not self._fetch_keeps_alerts(w, model, replica, ts, P):
             return False
         due = self.due_by(w, ts)

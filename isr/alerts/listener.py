@@ -47,8 +47,7 @@ class AlertListener(Listener):
 
     def on_broker(self, model, event, out: list) -> None:
         # A broker leaving can leave the partition leaderless with no ISR
-        # change (the model's controller_removal): the conditions are looked
-        # at again at the event.
+        # change (the model's controller_removal).
         self.evaluator.after_broker(model.watch or self._watch(model), model, event.ts, out)
 
     def to_state(self) -> list:
