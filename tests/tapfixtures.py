@@ -260,3 +260,98 @@ def cluster_dump(t0: int, leader_epoch: int = 4) -> list[str]:
         lines.append(dump_record(8 + k, t0 - 2000 + k, "PARTITION_CHANGE_RECORD", 0, {
             "partitionId": 0, "topicId": TOPIC_ID, "leader": 2 if k % 2 == 0 else 1}))
     return lines
+
+
+# ------------------------------------------------------------ server.log, every version
+# Partition.scala's wordings by version (docs/tap.md cites each tag). Each
+# entry: the versions, the logIdent style, the shrink and expand proposals
+# (None: not logged), the commit line (None: TRACE, not in an INFO log) and
+# the refusal line (None: DEBUG).
+SERVER_LOG_WORDINGS = {
+    "0.9": ("0.9.0.0-0.10.1", "old", "Shrinking ISR for partition [{t},{p}] from {a} to {b}",
+            "Expanding ISR for partition [{t},{p}] from {a} to {b}", None,
+            "Cached zkVersion [{v}] not equal to that in zookeeper, skip updating ISR"),
+    "0.10.2": ("0.10.2", "old", "Shrinking ISR for partition [{t},{p}] from {a} to {b}",
+               "Expanding ISR for partition {t}-{p} from {a} to {b}", None,
+               "Cached zkVersion [{v}] not equal to that in zookeeper, skip updating ISR"),
+    "0.11": ("0.11", "old", "Shrinking ISR from {a} to {b}", "Expanding ISR from {a} to {b}", None,
+             "Cached zkVersion [{v}] not equal to that in zookeeper, skip updating ISR"),
+    "1.0": ("1.0-2.1", "new", "Shrinking ISR from {a} to {b}", "Expanding ISR from {a} to {b}",
+            None, "Cached zkVersion [{v}] not equal to that in zookeeper, skip updating ISR"),
+    "2.2": ("2.2-2.3", "new", "Shrinking ISR from {a} to {b}. {numbers}.",
+            "Expanding ISR from {a} to {b}", None,
+            "Cached zkVersion [{v}] not equal to that in zookeeper, skip updating ISR"),
+    "2.4": ("2.4-2.6, 2.7 with inter.broker.protocol.version < 2.7", "new",
+            "Shrinking ISR from {a} to {b}. {numbers}.", "Expanding ISR from {a} to {b}",
+            "ISR updated to [{b}] and zkVersion updated to [{v}]",
+            "Cached zkVersion {v} not equal to that in zookeeper, skip updating ISR"),
+    "2.7": ("2.7 (AlterIsr)", "new", "Shrinking ISR from {a} to {b}. {numbers}.", None,
+            "ISR updated from AlterIsr to {b} and version updated to [{v}]", None),
+    "2.8": ("2.8", "new", "Shrinking ISR from {a} to {b}. {numbers}.", None,
+            "ISR updated to {b} and version updated to [{v}]", None),
+    "3.0": ("3.0", "new", "Shrinking ISR from {a} to {b}. {numbers}.", None,
+            "ISR updated to {b} and version updated to [{v}]", None),
+    "3.1": ("3.1-3.2", "new", "Shrinking ISR from {a} to {b}. {numbers}.", None,
+            "ISR updated to {b} and version updated to {v}", None),
+    "3.3": ("3.3-3.4", "new", "Shrinking ISR from {a} to {b}. {numbers}.", None,
+            "ISR updated to {b} and version updated to {v}", "REJECTED"),
+    "3.5": ("3.5", "new", "Shrinking ISR from {a} to {b}. {numbers}.", None,
+            "ISR updated to {b} {under}and version updated to {v}", "REJECTED"),
+    "3.6": ("3.6-4.3", "new", "Shrinking ISR from {a} to {b}. {numbers}.", None,
+            "ISR updated to {b} {under}and version updated to {v}", "REJECTED"),
+}
+OLD_STYLE_PARTITION = "Partition [{t},{p}] on broker {n}: "
+NEW_STYLE_PARTITION = "[Partition {t}-{p} broker={n}] "
+
+
+def _leader_numbers(version: str, out: list[tuple[int, object, int]], hw: int, leo: int) -> str:
+    """`Leader: (...). Out of sync replicas: (...)`: endOffset only before 3.6,
+    `unknown` possible from 3.0, lastCaughtUpTimeMs from 3.6."""
+    with_time = version == "3.6"
+    parts = [f"(brokerId: {b}, endOffset: {e}" + (f", lastCaughtUpTimeMs: {t})" if with_time
+                                                   else ")") for b, e, t in out]
+    return (f"Leader: (highWatermark: {hw}, endOffset: {leo}). "
+            f"Out of sync replicas: {' '.join(parts)}")
+
+
+def server_log_of_version(version: str, t0: int) -> list[str]:
+    """orders-0 shrinks (3 leaves) at +40 s and expands at +50 s; orders-1's
+    proposal is refused at +60 s; audit-2's proposal at +70 s is the last line
+    (no outcome before the end of the input)."""
+    _, style, shrink, expand, commit, refusal = SERVER_LOG_WORDINGS[version]
+    prefix = OLD_STYLE_PARTITION if style == "old" else NEW_STYLE_PARTITION
+    lines = [log4j(t0 + 2, "INFO", "[ReplicaFetcherManager on broker 1] Removed fetcher for "
+                                   "partitions Set(orders-0)", "kafka.server.ReplicaFetcherManager")]
+
+    def line(ms, topic, p, text):
+        lines.append(log4j(t0 + ms, "INFO", prefix.format(t=topic, p=p, n=1) + text,
+                           "kafka.cluster.Partition"))
+
+    def fmt(text, topic, p, a, b, v, out=((3, 490, 1700000009802),), under=False):
+        return text.format(t=topic, p=p, a=a, b=b, v=v, under="(under-min-isr) " if under else " ",
+                           numbers=_leader_numbers(version, list(out), 490, 2000))
+
+    line(40_000, "orders", 0, fmt(shrink, "orders", 0, "1,2,3", "1,2", 11))
+    if commit:
+        line(40_004, "orders", 0, fmt(commit, "orders", 0, "1,2,3", "1,2", 11))
+    if expand:
+        line(50_002, "orders", 0, fmt(expand, "orders", 0, "1,2", "1,2,3", 12))
+    if commit:
+        line(50_006, "orders", 0, fmt(commit, "orders", 0, "1,2", "1,2,3", 12))
+    unknown = "unknown" if version in ("3.0", "3.1", "3.3", "3.5") else 77
+    line(60_000, "orders", 1, fmt(shrink, "orders", 1, "1,2,3", "1,3", 5,
+                                  out=((2, unknown, "unknown" if unknown == "unknown" else 9),)))
+    if refusal == "REJECTED":
+        line(60_003, "orders", 1,
+             "Failed to alter partition to PendingShrinkIsr(outOfSyncReplicaIds=Set(2), "
+             "sentLeaderAndIsr=LeaderAndIsr(leader=1, leaderEpoch=4, isrWithBrokerEpoch=List("
+             "BrokerState(brokerId=1, brokerEpoch=-1), BrokerState(brokerId=3, brokerEpoch=-1)), "
+             "leaderRecoveryState=RECOVERED, partitionEpoch=5), leaderRecoveryState=RECOVERED, "
+             "lastCommittedState=CommittedPartitionState(isr=Set(1, 2, 3), "
+             "leaderRecoveryState=RECOVERED)) since the controller rejected the request with "
+             "INELIGIBLE_REPLICA. Partition state has been reset to the latest committed state "
+             "CommittedPartitionState(isr=Set(1, 2, 3), leaderRecoveryState=RECOVERED).")
+    elif refusal:
+        line(60_003, "orders", 1, fmt(refusal, "orders", 1, "", "", 5))
+    line(70_000, "audit", 2, fmt(shrink, "audit", 2, "1,2", "1", 3, out=((2, 10, 8),)))
+    return lines

@@ -18,15 +18,17 @@ from pathlib import Path
 import orjson
 import pytest
 from helpers import ROOT, cli
-from tapfixtures import (RESPONSE_MAX_BYTES, cluster_dump, completed, fetch_request,
-                         fetch_response, follower_outage)
+from tapfixtures import (RESPONSE_MAX_BYTES, SERVER_LOG_WORDINGS, cluster_dump, completed,
+                         fetch_request, fetch_response, follower_outage, stamp)
 
 from isr.contract import Rejection, decode
+from isr.tap import server_log
 from isr.tap.command import events_of
 from isr.tap.lines import read_lines
 from isr.tap.metadata import MetadataLogTap, MetadataPoller
+
 from isr.tap.request_log import RequestLogTap, kafka_topic_id
-from isr.tap.server_log import ServerLogTap
+from isr.tap.server_log import ServerLogTap, proposal_numbers
 
 T0 = 1_700_000_000_000
 FIXTURES = ROOT / "tests" / "fixtures" / "tap"
@@ -221,21 +223,77 @@ def test_polled_metadata_gives_what_changed_between_polls():
 
 
 # ------------------------------------------------------------ server.log
-@pytest.mark.parametrize("version", ["2.7", "2.8", "3.x-4.x"])
+# Per version: the events (topic, partition, isr, partition_epoch, +ms) and what
+# became of the proposals nothing committed (tests/fixtures/tap/README.md).
+TRACE_ERA = ([("orders", 0, [1, 2], None, 40000), ("orders", 0, [1, 2, 3], None, 50002),
+              ("audit", 2, [1], None, 70000)],
+             {server_log.REFUSED: 1}, {server_log.TAKEN_AS_COMMIT: 3})
+COMMITS = [("orders", 0, [1, 2], 11, 40004), ("orders", 0, [1, 2, 3], 12, 50006)]
+SERVER_LOG_OUTCOMES = {
+    **{v: TRACE_ERA for v in ("0.9", "0.10.2", "0.11", "1.0", "2.2")},
+    "2.4": (COMMITS, {server_log.REFUSED: 1, server_log.NO_COMMIT: 1}, {}),
+    **{v: (COMMITS, {server_log.NO_COMMIT: 2}, {}) for v in ("2.7", "2.8", "3.0", "3.1")},
+    **{v: (COMMITS, {server_log.CONTROLLER_REJECTED: 1, server_log.NO_COMMIT: 1}, {})
+       for v in ("3.3", "3.5", "3.6")},
+}
+
+
+@pytest.mark.parametrize("version", sorted(SERVER_LOG_WORDINGS))
 def test_server_log_isr_lines_of_each_version(version):
+    """Every Kafka version's wording: a commit line is the event; before 2.4
+    (no INFO commit line) the proposal is, unless ZooKeeper refused it; every
+    other proposal is counted, none vanishes at the end of the input."""
     tap = ServerLogTap("prod")
     events = list(events_of(tap, (FIXTURES / f"server-{version}.log").read_text()
                             .splitlines(True)))
     valid(events)
-    got = [(e["topic"], e["partition"], e["leader"], e["isr"], e["partition_epoch"], e["ts"] - T0)
+    got = [(e["topic"], e["partition"], e["isr"], e.get("partition_epoch"), e["ts"] - T0)
            for e in events]
-    expected = [("orders", 0, 1, [1, 2], 11, 40004), ("orders", 0, 1, [1, 2, 3], 12, 50006)]
-    if version == "3.x-4.x":
-        expected.append(("audit.log-v2", 1, 1, [1], 3, 70000))
+    expected, skipped, approximate = SERVER_LOG_OUTCOMES[version]
     assert got == expected
-    assert "lastCaughtUpTimeMs: 1700000009802" in events[0]["kafka_log"]
-    assert tap.skipped["a partition line about something else"] == 1
-    assert tap.skipped["not a partition line"] == 1
+    assert {e["leader"] for e in events} == {1}
+    assert dict(tap.skipped) == {**skipped, "not a partition line": 1}
+    assert dict(tap.approximate) == approximate
+    assert not tap.proposals  # all settled at the end
+    shrink = proposal_numbers(events[0]["kafka_log"])
+    if version not in ("0.9", "0.10.2", "0.11", "1.0"):  # 2.2+: the leader's numbers
+        assert (shrink["hw"], shrink["leader_leo"]) == (490, 2000)
+        assert shrink["out_of_sync"][3]["leo"] == 490
+        with_time = version == "3.6"
+        assert shrink["out_of_sync"][3]["last_caught_up_ts"] == (1700000009802 if with_time
+                                                                 else None)
+        assert list(shrink["replicas"]) == ([3] if with_time else [])
+    else:
+        assert shrink == {"out_of_sync": {}, "replicas": {}}
+
+
+def test_out_of_sync_replicas_kafka_could_not_describe():
+    """3.0+: a replica the leader no longer knows prints `unknown`."""
+    text = ("Shrinking ISR from 1,2,3 to 1,3. Leader: (highWatermark: 490, endOffset: 2000). "
+            "Out of sync replicas: (brokerId: 2, endOffset: unknown, lastCaughtUpTimeMs: "
+            "unknown) (brokerId: 4, endOffset: 12, lastCaughtUpTimeMs: 34).")
+    assert proposal_numbers(text) == {
+        "hw": 490, "leader_leo": 2000,
+        "out_of_sync": {2: {"leo": None, "last_caught_up_ts": None},
+                        4: {"leo": 12, "last_caught_up_ts": 34}},
+        "replicas": {4: {"leo": 12, "last_caught_up_ts": 34}}}
+
+
+def test_a_proposal_is_settled_by_the_partitions_next_line_or_five_seconds():
+    """1.0-2.3 at INFO: the proposal is the commit, written once the partition's
+    next line (or 5 s of log time) shows ZooKeeper did not refuse it."""
+    def line(ms, p, text):
+        return (f"[{stamp(T0 + ms)}] INFO [Partition orders-{p} broker=1] {text} "
+                "(kafka.cluster.Partition)\n")
+    tap = ServerLogTap()
+    assert tap.feed(line(0, 0, "Shrinking ISR from 1,2,3 to 1,2")) == []
+    assert tap.feed(line(1, 1, "Shrinking ISR from 1,2,3 to 1,3")) == []
+    assert tap.feed(line(2, 1, "Cached zkVersion [4] not equal to that in zookeeper, "
+                               "skip updating ISR")) == []
+    assert tap.feed(line(3000, 1, "Expanding ISR from 1,3 to 1,3,2")) == []
+    assert [e["isr"] for e in tap.feed(line(5000, 2, "something else"))] == [[1, 2]]
+    assert [e["isr"] for e in tap.finish()] == [[1, 3, 2]]
+    assert tap.skipped[server_log.REFUSED] == 1
 
 
 # ------------------------------------------------------------ tap + replay + verify

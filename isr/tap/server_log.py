@@ -1,19 +1,27 @@
 """The ISR the cluster committed, from the leaders' server.log (docs/tap.md).
 
-`kafka.cluster.Partition` logs with the prefix `[Partition <topic>-<partition>
-broker=<id>] ` (its logIdent). The lines, by version of
-core/src/main/scala/kafka/cluster/Partition.scala:
-- all versions: `Shrinking ISR from 1,2,3 to 1,2. Leader: (highWatermark: H,
-  endOffset: E). Out of sync replicas: (brokerId: 3, endOffset: O,
-  lastCaughtUpTimeMs: T).` - the leader's proposal;
-- up to 2.7: `Expanding ISR from 1,2 to 1,2,3` and `ISR updated to [1,2,3]
-  and zkVersion updated to [7]`;
-- 2.8: `ISR updated to 1,2,3 and version updated to [7]`;
-- 3.x and 4.x: `ISR updated to 1,2,3 (under-min-isr) and version updated to 7`
-  (two spaces instead of the marker when not under min ISR).
-An `ISR updated` line is the commit: it becomes an `isr` event at the line's
-time. The last proposal's line rides along as `kafka_log` (an extra field the
-contract ignores) so `isr verify` can show the cluster's own numbers.
+`kafka.cluster.Partition` prefixes its lines with its logIdent:
+`Partition [<topic>,<partition>] on broker <id>: ` up to 0.11 and
+`[Partition <topic>-<partition> broker=<id>] ` from 1.0. What it writes about
+the ISR, by version of core/src/main/scala/kafka/cluster/Partition.scala
+(every wording, with its tag, in docs/tap.md):
+- the leader's proposal, INFO in every version: `Shrinking ISR [for partition
+  P] from 1,2,3 to 1,2` (2.2+: `. Leader: (highWatermark: H, endOffset: E).
+  Out of sync replicas: (brokerId: 3, endOffset: O[, lastCaughtUpTimeMs: T]).`)
+  and, up to 2.7, `Expanding ISR [for partition P] from 1,2 to 1,2,3`;
+- the commit: `ISR updated to [1,2] and zkVersion updated to [7]` - TRACE up
+  to 2.3, INFO from 2.4 - then `ISR updated [from AlterIsr ]to 1,2 and version
+  updated to [7]` (2.7, 2.8), `... to 1,2 [(under-min-isr)] and version
+  updated to 7` (3.1+);
+- a refusal: `Cached zkVersion [7] not equal to that in zookeeper, skip
+  updating ISR` (ZooKeeper, up to 2.7) and `Failed to alter partition to ...
+  since the controller rejected the request with E` (3.3+).
+
+So a proposal is held until the same partition's next line says what became
+of it. A commit line is the `isr` event. Where the broker logs no commit line
+(before 2.4, at INFO) the proposal is the commit unless ZooKeeper refused it:
+it becomes the event. A proposal never vanishes: what is not an event is
+counted in the summary with the reason.
 """
 
 from __future__ import annotations
@@ -23,14 +31,37 @@ from typing import Optional
 
 from isr.tap.lines import Log4jTap, LogLine
 
-PARTITION = re.compile(r"^\[Partition (.+)-(\d+) broker=(\d+)\] (.*)$")
+PARTITION = re.compile(r"^\[Partition (.+)-(\d+) broker=(\d+)\] (.*)$")          # 1.0+
+OLD_PARTITION = re.compile(r"^Partition \[(.+),(\d+)\] on broker (\d+): (.*)$")  # 0.9-0.11
 UPDATED = re.compile(r"^ISR updated (?:from AlterIsr )?to \[?([\d,]*)\]?\s*(?:\(under-min-isr\))?\s*"
                      r"and (?:zkVersion|version) updated to \[?(\d+)\]?")
-PROPOSED = re.compile(r"^(?:Shrinking|Expanding) ISR from ([\d,]*) to ([\d,]*)")
+PROPOSED = re.compile(r"^(Shrinking|Expanding) ISR (?:for partition \S+ )?from ([\d,]*) to ([\d,]*)")
+REFUSED_BY_ZK = re.compile(r"^Cached zkVersion \[?\d+\]? not equal to that in zookeeper, "
+                           r"skip updating ISR")
+REJECTED = re.compile(r"^Failed to alter partition to .* since the controller rejected the "
+                      r"request with (\w+)")
+# A ZooKeeper write is synchronous: its outcome is logged within milliseconds.
+# A proposal still open this long after, by the log's own clock, is settled.
+SETTLE_MS = 5_000
+
+TAKEN_AS_COMMIT = "ISR changes taken from the proposal line (the commit line is TRACE before 2.4)"
+NO_COMMIT = "ISR proposals without a commit line (not applied by the cluster, or not yet)"
+REFUSED = "ISR proposals ZooKeeper refused (Cached zkVersion ... skip updating ISR)"
+CONTROLLER_REJECTED = "ISR proposals the controller rejected"
 
 
 def ids(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
+
+
+class Proposal:
+    __slots__ = ("ts", "leader", "isr", "text", "without_commit_line")
+
+    def __init__(self, ts: int, leader: int, isr: list[int], text: str,
+                 without_commit_line: bool) -> None:
+        self.ts, self.leader, self.isr, self.text = ts, leader, isr, text
+        # Wordings only versions without an INFO commit line wrote (docs/tap.md).
+        self.without_commit_line = without_commit_line
 
 
 class ServerLogTap(Log4jTap):
@@ -39,41 +70,98 @@ class ServerLogTap(Log4jTap):
     def __init__(self, cluster: str = "default", timezone: str = "UTC") -> None:
         super().__init__(timezone)
         self.cluster = cluster
-        self.proposals: dict[tuple[str, int], str] = {}
+        self.proposals: dict[tuple[str, int], Proposal] = {}
+        self.commits_logged = False  # an `ISR updated` line was seen: 2.4+ (or TRACE on)
 
     def entry(self, parsed: LogLine) -> list[dict]:
+        out = self._settle_old(parsed.ts)
         m = PARTITION.match(parsed.message)
+        old = m is None
+        if old:
+            m = OLD_PARTITION.match(parsed.message)
         if m is None:
-            return self.skip("not a partition line")
-        topic, partition, broker, text = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
-        if PROPOSED.match(text):
-            self.proposals[(topic, partition)] = text
-            return []
+            return out + self.skip("not a partition line")
+        key = (m.group(1), int(m.group(2)))
+        broker, text = int(m.group(3)), m.group(4)
         updated = UPDATED.match(text)
-        if updated is None:
-            return self.skip("a partition line about something else")
-        ev = {"v": 1, "type": "isr", "cluster": self.cluster, "ts": parsed.ts,
-              "topic": topic, "partition": partition, "leader": broker,
+        if updated is not None:
+            self.commits_logged = True
+            proposal = self.proposals.pop(key, None)
+            return out + [self._event(key, parsed.ts, broker, ids(updated.group(1)),
+                                      int(updated.group(2)), proposal and proposal.text)]
+        if REFUSED_BY_ZK.match(text) and key in self.proposals:
+            del self.proposals[key]
+            return out + self.skip(REFUSED)
+        if REJECTED.match(text) and key in self.proposals:
+            del self.proposals[key]
+            return out + self.skip(CONTROLLER_REJECTED)
+        out += self._settle(key)  # the partition's next line: the proposal did happen
+        proposed = PROPOSED.match(text)
+        if proposed is not None:
+            shrink_without_numbers = proposed.group(1) == "Shrinking" and "Leader: (" not in text
+            self.proposals[key] = Proposal(parsed.ts, broker, ids(proposed.group(3)), text,
+                                           old or shrink_without_numbers)
+            return out
+        return out + self.skip("a partition line about something else")
+
+    def finish(self) -> list[dict]:
+        out = []
+        for key in sorted(self.proposals):
+            out += self._settle(key)
+        return out
+
+    def _settle_old(self, now: int) -> list[dict]:
+        out = []
+        for key in [k for k, p in self.proposals.items() if now - p.ts >= SETTLE_MS]:
+            out += self._settle(key)
+        return out
+
+    def _settle(self, key: tuple[str, int]) -> list[dict]:
+        """A proposal nothing refused: the commit itself where the broker logs
+        no commit line, else a proposal whose commit never came."""
+        p = self.proposals.pop(key, None)
+        if p is None:
+            return []
+        if self.commits_logged and not p.without_commit_line:
+            return self.skip(NO_COMMIT)
+        self.approximate[TAKEN_AS_COMMIT] += 1
+        return [self._event(key, p.ts, p.leader, p.isr, None, p.text)]
+
+    def _event(self, key: tuple[str, int], ts: int, leader: int, isr: list[int],
+               version: Optional[int], proposal: Optional[str]) -> dict:
+        ev = {"v": 1, "type": "isr", "cluster": self.cluster, "ts": ts,
+              "topic": key[0], "partition": key[1], "leader": leader,
               # server.log does not say the leader epoch; isr events are only
               # compared by their ISR (docs/tap.md).
-              "leader_epoch": 0, "isr": ids(updated.group(1)),
-              "partition_epoch": int(updated.group(2))}
-        proposal = self.proposals.pop((topic, partition), None)
+              "leader_epoch": 0, "isr": isr}
+        if version is not None:
+            ev["partition_epoch"] = version
         if proposal is not None:
             ev["kafka_log"] = proposal
-        return [ev]
+        return ev
+
+
+OUT_OF_SYNC = re.compile(r"\(brokerId: (\d+), endOffset: (-?\d+|unknown)"
+                         r"(?:, lastCaughtUpTimeMs: (-?\d+|unknown))?\)")
+
+
+def _number(text: Optional[str]) -> Optional[int]:
+    return int(text) if text and text != "unknown" else None
 
 
 def proposal_numbers(text: Optional[str]) -> dict:
-    """The numbers of a `Shrinking ISR` line: leader HW/LEO and, per removed
-    replica, its endOffset and lastCaughtUpTimeMs."""
+    """The numbers of a `Shrinking ISR` line (2.2+): leader HW/LEO; per removed
+    replica, `replicas` (endOffset and lastCaughtUpTimeMs, 3.6+, both known)
+    and `out_of_sync` (every replica the line names, None where it says
+    `unknown` or does not say)."""
     if not text:
         return {}
     out: dict = {}
     leader = re.search(r"highWatermark: (\d+), endOffset: (\d+)", text)
     if leader:
         out["hw"], out["leader_leo"] = int(leader.group(1)), int(leader.group(2))
-    out["replicas"] = {int(b): {"leo": int(e), "last_caught_up_ts": int(t)} for b, e, t in
-                       re.findall(r"\(brokerId: (\d+), endOffset: (-?\d+), "
-                                  r"lastCaughtUpTimeMs: (-?\d+)\)", text)}
+    out["out_of_sync"] = {int(b): {"leo": _number(e), "last_caught_up_ts": _number(t)}
+                          for b, e, t in OUT_OF_SYNC.findall(text)}
+    out["replicas"] = {b: n for b, n in out["out_of_sync"].items()
+                       if n["leo"] is not None and n["last_caught_up_ts"] is not None}
     return out
