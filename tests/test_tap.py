@@ -26,7 +26,6 @@ from isr.tap import server_log
 from isr.tap.command import events_of
 from isr.tap.lines import read_lines
 from isr.tap.metadata import MetadataLogTap, MetadataPoller
-
 from isr.tap.request_log import RequestLogTap, kafka_topic_id
 from isr.tap.server_log import ServerLogTap, proposal_numbers
 
