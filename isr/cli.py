@@ -385,7 +385,8 @@ def cmd_tap_metadata(args: argparse.Namespace) -> int:
         return poll_metadata(MetadataPoller(args.cluster), args.poll, args.interval_s, args.polls,
                              args.to, lambda: _settings(args), Console(stderr=True), args.quiet)
     args.timezone = "UTC"
-    return _run_tap(args, MetadataLogTap(args.cluster))
+    # A finished dump is replayed in offset order; a followed one as it grows.
+    return _run_tap(args, MetadataLogTap(args.cluster, hold=not args.follow))
 
 
 def _zone(name: str) -> str:

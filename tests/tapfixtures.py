@@ -355,3 +355,69 @@ def server_log_of_version(version: str, t0: int) -> list[str]:
         line(60_003, "orders", 1, fmt(refusal, "orders", 1, "", "", 5))
     line(70_000, "audit", 2, fmt(shrink, "audit", 2, "1,2", "1", 3, out=((2, 10, 8),)))
     return lines
+
+
+# ------------------------------------------------------------ metadata dump, every version
+# DumpLogSegments' dumpLog/printBatchLevel (docs/tap.md): a section line per
+# file, a batch line per batch, a line per record - with its metadata
+# (`| offset: N CreateTime: MS ... payload: {..}`) or, with
+# --skip-record-metadata, only ` payload: {..}` (Scala, up to 4.2) or
+# `| payload: {..}` (Java, 4.3+). Control records print their type with the
+# metadata and an empty line without it.
+def batch_line(base: int, count: int, ms: int, control: bool = False, position: int = 0) -> str:
+    return (f"baseOffset: {base} lastOffset: {base + count - 1} count: {count} baseSequence: -1 "
+            f"lastSequence: -1 producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 1 "
+            f"isTransactional: false isControl: {str(control).lower()} deleteHorizonMs: "
+            f"OptionalLong.empty position: {position} CreateTime: {ms} size: {100 * count} magic: 2 "
+            f"compresscodec: none crc: 1234567 isvalid: true\n")
+
+
+def dump_file(section: str, batches: list[tuple], skip_metadata: bool = False,
+              java: bool = False) -> list[str]:
+    """`section`: `Log starting offset: N` or `Snapshot end offset: N, epoch: E`
+    (`Starting offset: N` before 3.3). `batches`: (base offset, ms, records),
+    a record (kind, version, data), or ("CONTROL", text) for a control record."""
+    lines = ["Dumping /var/lib/kafka/data/__cluster_metadata-0/file\n", section + "\n"]
+    position = 0
+    for base, ms, records in batches:
+        control = records[0][0] == "CONTROL"
+        lines.append(batch_line(base, len(records), ms, control, position))
+        position += 100 * len(records)
+        for i, rec in enumerate(records):
+            if control:
+                lines.append("\n" if skip_metadata else
+                             f"| offset: {base + i} CreateTime: {ms} keySize: 4 valueSize: 19 "
+                             f"sequence: -1 headerKeys: [] {rec[1]}\n")
+                continue
+            if not skip_metadata:
+                lines.append(dump_record(base + i, ms, *rec))
+                continue
+            payload = json.dumps({"type": rec[0], "version": rec[1], "data": rec[2]},
+                                 separators=(",", ":"))
+            lines.append(("| " if java else " ") + f"payload: {payload}\n")
+    return lines
+
+
+def cluster_batches(t0: int) -> list[tuple]:
+    """cluster_dump's records in batches as the controller writes them, with
+    the quorum's LeaderChange control batch first."""
+    topic = ("TOPIC_RECORD", 0, {"name": "orders", "topicId": TOPIC_ID})
+    brokers = [[("REGISTER_BROKER_RECORD", 3, {
+        "brokerId": b, "isMigratingZkBroker": False, "incarnationId": "Kq2rZzJtQ2mDqXlHn0bC1w",
+        "brokerEpoch": 100 + b, "endPoints": [], "features": [], "rack": None, "fenced": True,
+        "inControlledShutdown": False, "logDirs": []}),
+        ("BROKER_REGISTRATION_CHANGE_RECORD", 0, {"brokerId": b, "brokerEpoch": 100 + b,
+                                                  "fenced": -1})] for b in (1, 2, 3)]
+    partition = ("PARTITION_RECORD", 1, {
+        "partitionId": 0, "topicId": TOPIC_ID, "replicas": [1, 2, 3], "isr": [1, 2, 3],
+        "removingReplicas": [], "addingReplicas": [], "leader": 1, "leaderEpoch": 0,
+        "partitionEpoch": 0, "directories": []})
+    shrink = ("PARTITION_CHANGE_RECORD", 0, {"partitionId": 0, "topicId": TOPIC_ID, "isr": [1, 2]})
+    expand = ("PARTITION_CHANGE_RECORD", 0, {"partitionId": 0, "topicId": TOPIC_ID,
+                                             "isr": [1, 2, 3]})
+    moved = ("PARTITION_CHANGE_RECORD", 0, {"partitionId": 0, "topicId": TOPIC_ID, "leader": 2})
+    return [(0, t0 - 6000, [("CONTROL", "controlType: LEADER_CHANGE(2)")]),
+            (1, t0 - 5000, [topic]),
+            (2, t0 - 4000, brokers[0]), (4, t0 - 3900, brokers[1]), (6, t0 - 3800, brokers[2]),
+            (8, t0 - 3000, [partition]),
+            (9, t0 + 40_000, [shrink]), (10, t0 + 50_000, [expand, moved])]

@@ -22,7 +22,7 @@ from tapfixtures import (RESPONSE_MAX_BYTES, SERVER_LOG_WORDINGS, cluster_dump, 
                          fetch_request, fetch_response, follower_outage, stamp)
 
 from isr.contract import Rejection, decode
-from isr.tap import server_log
+from isr.tap import metadata, server_log
 from isr.tap.command import events_of
 from isr.tap.lines import read_lines
 from isr.tap.metadata import MetadataLogTap, MetadataPoller
@@ -171,7 +171,7 @@ def test_the_metadata_dump_gives_leaders_isr_and_broker_lifecycle():
     leaders = [(e["leader"], e["leader_epoch"]) for e in events if e["type"] == "leader"]
     assert leaders == [(1, 0), (2, 1), (1, 2), (2, 3), (1, 4)]  # a new leader bumps the epoch
     assert [e["partition_epoch"] for e in events if e["type"] == "isr"] == [0, 1, 2, 3, 4]
-    assert tap.skipped == {"not a metadata record line": 3}
+    assert tap.skipped == {}  # Dumping, Log starting offset and the batch line are understood
     more = [
         '| offset: 20 CreateTime: 1700000001000 keySize: -1 valueSize: 30 sequence: -1 '
         'headerKeys: [] payload: {"type":"PARTITION_CHANGE_RECORD","version":0,"data":'
@@ -195,11 +195,79 @@ def test_the_metadata_dump_gives_leaders_isr_and_broker_lifecycle():
     assert out == [("isr", [1, 2], 1000), ("broker", "controlled_shutdown", 2000),
                    ("broker", "fenced", 3000), ("broker", "unregistered", 4000)]
     assert tap.skipped["FEATURE_LEVEL_RECORD (not about partitions or brokers)"] == 1
-    assert tap.skipped["not a metadata record line"] == 4
+    assert tap.skipped["unreadable record payload"] == 1  # DumpLogSegments' parse error
     # A dump written again from the start (cron into a followed file) adds nothing.
     again = [e for line in (FIXTURES / "metadata.dump").read_text().splitlines(True) + more
              for e in tap.feed(line)]
-    assert again == [] and tap.skipped["record read before (a dump written again)"] == 17
+    assert again == [] and tap.skipped["record read before (a dump written again)"] == 18
+
+
+METADATA_DUMPS = ["metadata-3.7", "metadata-3.7-skip-record-metadata",
+                  "metadata-3.0-skip-record-metadata", "metadata-4.3-skip-record-metadata"]
+
+
+def metadata_events(name: str, hold: bool) -> tuple[list[dict], MetadataLogTap]:
+    tap = MetadataLogTap(hold=hold)
+    events = list(events_of(tap, (FIXTURES / f"{name}.dump").read_text().splitlines(True)))
+    valid(events)
+    return events, tap
+
+
+def partition_history(events) -> list[tuple]:
+    return [(e["type"], e["isr"], e["leader"], e["leader_epoch"], e["ts"] - T0)
+            for e in events if e["type"] != "broker"]
+
+
+CLUSTER_HISTORY = [("leader", [1, 2, 3], 1, 0, -3000), ("isr", [1, 2, 3], 1, 0, -3000),
+                   ("isr", [1, 2], 1, 0, 40000), ("isr", [1, 2, 3], 1, 0, 50000),
+                   ("leader", [1, 2, 3], 2, 1, 50000), ("isr", [1, 2, 3], 2, 1, 50000)]
+
+
+@pytest.mark.parametrize("name", METADATA_DUMPS)
+@pytest.mark.parametrize("hold", [False, True])
+def test_metadata_dumps_with_and_without_record_metadata_give_the_same_events(name, hold):
+    """--skip-record-metadata prints ` payload: {..}` (Scala, 3.x-4.2) or
+    `| payload: {..}` (Java, 4.3+) without offset or time: both come from the
+    batch line (baseOffset counted on; the batch's CreateTime, every KRaft
+    record's time)."""
+    events, tap = metadata_events(name, hold)
+    reference, _ = metadata_events("metadata-3.7", False)
+    assert events == reference
+    assert partition_history(events) == CLUSTER_HISTORY
+    assert [e["partition_epoch"] for e in events if e["type"] == "isr"] == [0, 1, 2, 3]
+    assert sum(e["type"] == "broker" for e in events) == 9
+    assert tap.skipped == {} and tap.approximate == {}
+
+
+def test_segments_dumped_out_of_order_are_replayed_in_offset_order():
+    """A finished dump (`isr tap metadata PATH`) is applied in offset order
+    whatever order its segments came in; a followed one (-F) as it is read,
+    each out-of-order record counted."""
+    events, tap = metadata_events("metadata-segments-out-of-order", hold=True)
+    assert partition_history(events) == CLUSTER_HISTORY
+    assert tap.skipped == {} and tap.approximate == {}
+    _, tap = metadata_events("metadata-segments-out-of-order", hold=False)
+    assert tap.approximate == {metadata.OUT_OF_ORDER: 8}
+    assert tap.skipped == {"change of a partition the dump did not create": 3}
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_a_snapshot_then_the_log_applies_each_change_once(hold):
+    """A snapshot at end offset 10 holds the state after offsets 0-9 (its
+    records numbered from 0, timed by its header's lastContainedLogTimestamp);
+    the log's records below 10 are in it already, those from 10 apply."""
+    events, tap = metadata_events("metadata-snapshot-then-log", hold)
+    assert partition_history(events) == [
+        ("leader", [1, 2], 1, 0, 40000), ("isr", [1, 2], 1, 0, 40000),
+        ("isr", [1, 2, 3], 1, 0, 50000), ("leader", [1, 2, 3], 2, 1, 50000),
+        ("isr", [1, 2, 3], 2, 1, 50000)]
+    assert tap.skipped == {metadata.IN_SNAPSHOT: 9}
+    # The same snapshot again (a dump written again) is older than what was applied.
+    again = [e for line in (FIXTURES / "metadata-snapshot-then-log.dump").read_text()
+             .splitlines(True) for e in tap.feed(line)] + tap.finish()
+    assert again == []
+    assert tap.skipped == {metadata.OLD_SNAPSHOT: 8, metadata.IN_SNAPSHOT: 18,
+                           metadata.READ_BEFORE: 2}
 
 
 def test_polled_metadata_gives_what_changed_between_polls():
