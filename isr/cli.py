@@ -328,10 +328,17 @@ def _add_tap_parsers(sub) -> None:
     p.set_defaults(func=cmd_tap_metadata)
 
     p = kinds.add_parser("server-log", help="the ISR the cluster committed, from server.log",
-                         description="`ISR updated to …` lines of the leaders' server.log as isr "
-                                     "events (Kafka 2.x, 3.x and 4.x wording).")
+                         description="The ISR changes in the leaders' server.log as isr events "
+                                     "(Kafka 0.9 to 4.x wording, docs/tap.md).")
     common(p, "a broker's server.log, or - for stdin")
     p.set_defaults(func=cmd_tap_server_log)
+
+    p = kinds.add_parser("state-change", help="leaders and ISRs from state-change.log",
+                         description="A broker becoming leader and the controller's leader "
+                                     "and ISR changes in state-change.log as leader and isr "
+                                     "events (Kafka 0.9 to 4.x wording, docs/tap.md).")
+    common(p, "a broker's or the controller's state-change.log, or - for stdin")
+    p.set_defaults(func=cmd_tap_state_change)
 
 
 def _topic_ids(where: Optional[str]):
@@ -371,6 +378,12 @@ def cmd_tap_server_log(args: argparse.Namespace) -> int:
     from isr.tap.server_log import ServerLogTap
 
     return _run_tap(args, ServerLogTap(args.cluster, _zone(args.timezone)))
+
+
+def cmd_tap_state_change(args: argparse.Namespace) -> int:
+    from isr.tap.state_change import StateChangeTap
+
+    return _run_tap(args, StateChangeTap(args.cluster, _zone(args.timezone)))
 
 
 def cmd_tap_metadata(args: argparse.Namespace) -> int:

@@ -421,3 +421,120 @@ def cluster_batches(t0: int) -> list[tuple]:
             (2, t0 - 4000, brokers[0]), (4, t0 - 3900, brokers[1]), (6, t0 - 3800, brokers[2]),
             (8, t0 - 3000, [partition]),
             (9, t0 + 40_000, [shrink]), (10, t0 + 50_000, [expand, moved])]
+
+
+# ------------------------------------------------------------ state-change.log, every version
+# One ZooKeeper-mode controller that is also broker 1 (both write this file),
+# or a KRaft broker (4.x: no controller lines). orders-0 (replicas 1,2,3) is
+# created led by 1; broker 3 dies (the controller takes it out of the ISR);
+# broker 1 dies (2 is elected, ISR [2]); then 3 rejoins the ISR.
+def _scl(t0: int, ms: int, text: str) -> str:
+    return log4j(t0 + ms, "TRACE" if text.startswith("T|") else "INFO",
+                 text.removeprefix("T|"), "state.change.logger")
+
+
+def _state(style: str, leader: int, epoch: int, isr: list[int], version: int) -> str:
+    """The partition state, as each version's class prints it (docs/tap.md)."""
+    j = ",".join(map(str, isr))
+    if style == "lic":      # LeaderIsrAndControllerEpoch, 0.9-3.x
+        return f"(Leader:{leader},ISR:{j},LeaderEpoch:{epoch},ControllerEpoch:3)"
+    if style == "lic37":    # 3.7+
+        return (f"(Leader:{leader},ISR:{j},LeaderRecoveryState:RECOVERED,LeaderEpoch:{epoch},"
+                f"ZkVersion:{version},ControllerEpoch:3)")
+    if style == "lai":      # LeaderAndIsr, 1.1-3.6
+        return (f"LeaderAndIsr(leader={leader}, leaderEpoch={epoch}, "
+                f"isr=List({', '.join(map(str, isr))}), zkVersion={version})")
+    if style == "lai37":    # 3.7+
+        states = ", ".join(f"BrokerState(brokerId={b}, brokerEpoch=-1)" for b in isr)
+        return (f"LeaderAndIsr(leader={leader}, leaderEpoch={epoch}, isrWithBrokerEpoch=List("
+                f"{states}), leaderRecoveryState=RECOVERED, partitionEpoch={version})")
+    if style == "psi":      # kafka.api.PartitionStateInfo, 0.9
+        return (f"(LeaderAndIsrInfo:(Leader:{leader},ISR:{j},LeaderEpoch:{epoch},"
+                f"ControllerEpoch:3),ReplicationFactor:3),AllReplicas:1,2,3)")
+    if style == "ps10":     # requests.PartitionState, 0.10-0.11
+        return (f"PartitionState(controllerEpoch=3, leader={leader}, leaderEpoch={epoch}, "
+                f"isr=[{', '.join(map(str, isr))}], zkVersion={version}, replicas=[1, 2, 3])")
+    if style == "ps1":      # LeaderAndIsrRequest.PartitionState, 1.0-2.3
+        return (f"PartitionState(controllerEpoch=3, leader={leader}, leaderEpoch={epoch}, "
+                f"isr={j}, zkVersion={version}, replicas=1,2,3, isNew=false)")
+    if style == "laips":    # LeaderAndIsrPartitionState (generated), 2.4+
+        field = "zkVersion" if version < 100 else "partitionEpoch"
+        return (f"LeaderAndIsrPartitionState(topicName='orders', partitionIndex=0, "
+                f"controllerEpoch=3, leader={leader}, leaderEpoch={epoch}, "
+                f"isr=[{', '.join(map(str, isr))}], {field}={version % 100}, replicas=[1, 2, 3], "
+                f"addingReplicas=[], removingReplicas=[], isNew=false)")
+    if style == "reg":      # PartitionRegistration, 4.2+
+        return (f"PartitionRegistration(replicas=[1, 2, 3], directories=[AAAAAAAAAAAAAAAAAAAAAA, "
+                f"AAAAAAAAAAAAAAAAAAAAAA, AAAAAAAAAAAAAAAAAAAAAA], isr=[{', '.join(map(str, isr))}], "
+                f"removingReplicas=[], addingReplicas=[], elr=[], lastKnownElr=[], "
+                f"leader={leader}, leaderRecoveryState=RECOVERED, leaderEpoch={epoch}, "
+                f"partitionEpoch={version})")
+    raise ValueError(style)
+
+
+STATE_CHANGE_VERSIONS = ("0.9", "0.10", "1.1", "2.4", "2.6", "3.3", "3.5", "3.7", "4.0", "4.2")
+
+
+def state_change_of_version(version: str, t0: int) -> list[str]:
+    lines = ["[2023-11-14 22:13:20,000] TRACE not a line of this log (kafka.Kafka)\n"]
+
+    def add(ms, text):
+        lines.append(_scl(t0, ms, text))
+
+    zk_old = version in ("0.9", "0.10")
+    kraft = version in ("4.0", "4.2")
+    ctrl = "Controller 1 epoch 3 " if zk_old else "[Controller id=1 epoch=3] "
+    where = "[orders,0]" if zk_old else "orders-0"
+    if not kraft:
+        add(0, f"T|{ctrl}{'c' if zk_old else 'C'}hanged partition {where} state from "
+               f"NonExistentPartition to NewPartition with assigned replicas 1,2,3")
+    if zk_old:  # the controller's request to the leader, and the leader receiving it
+        for ms, leader, epoch, isr in ((10, 1, 0, [1, 2, 3]), (30_010, 2, 1, [2])):
+            add(ms, f"T|{ctrl}sending become-leader LeaderAndIsr request "
+                    f"{_state('lic', leader, epoch, isr, 0)} to broker {leader} for partition {where}")
+        style = "psi" if version == "0.9" else "ps10"
+        add(20, f"T|Broker 1 received LeaderAndIsr request {_state(style, 1, 0, [1, 2, 3], 0)} "
+                f"correlation id 5 from controller 1 epoch 3 for partition {where}")
+        add(21, f"T|Broker 1 received LeaderAndIsr request {_state(style, 2, 9, [2], 0)} "
+                f"correlation id 6 from controller 1 epoch 3 for partition [audit,0]")
+        return sorted(lines)  # by time: the stamp leads each line
+    lai, lic = ("lai37", "lic37") if version == "3.7" else ("lai", "lic")
+    trace = "T|" if version in ("1.1", "2.4") else ""
+    if not kraft:
+        add(10, f"{trace}{ctrl}Changed partition orders-0 from NewPartition to OnlinePartition "
+                f"with state {_state(lai, 1, 0, [1, 2, 3], 0)}")
+    if version in ("1.1", "2.4"):  # TRACE before 2.6, in the log by default
+        style = "ps1" if version == "1.1" else "laips"
+        for ms, leader, epoch, isr, v in ((11, 1, 0, [1, 2, 3], 0), (30_010, 2, 1, [2], 2)):
+            add(ms, f"T|{ctrl}Sending become-leader LeaderAndIsr request "
+                    f"{_state(style, leader, epoch, isr, v)} to broker {leader} for partition orders-0")
+    if not kraft and version not in ("1.1", "2.4"):
+        add(20_000, f"{ctrl}Partition orders-0 state changed to {_state(lic, 1, 0, [1, 2], 1)} "
+                    f"after removing replica 3 from the ISR as part of transition to OfflineReplica")
+    if not kraft:
+        add(30_000, f"{trace}{ctrl}Changed partition orders-0 from OfflinePartition to "
+                    f"OnlinePartition with state {_state(lai, 2, 1, [2], 2)}")
+    # broker 2 (its own file in a real cluster) becoming leader, 2.6+
+    if version == "2.6":
+        add(30_020, "[Broker id=2] Leader orders-0 starts at leader epoch 1 from offset 2000 with "
+                    "high watermark 1990 ISR [2] addingReplicas [] removingReplicas []. "
+                    "Previous leader epoch was 0.")
+    elif version in ("3.3", "3.5", "3.7", "4.0", "4.2"):
+        under = {"3.3": "", "3.5": " (under-min-isr)"}.get(version, " ")
+        previous = ("Previous leader epoch was 0." if version in ("3.3", "3.5")
+                    else "Previous leader Some(1) and previous leader epoch was 0.")
+        add(30_020, "[Broker id=2] Leader orders-0 with topic id Some(kgnYg1PfR4-BTKr7X8eaDw) "
+                    "starts at leader epoch 1 from offset 2000 with partition epoch 2, high "
+                    f"watermark 1990, ISR [2], adding replicas [] and removing replicas []{under}. "
+                    + previous)
+        style = {"4.2": "reg"}.get(version, "laips")
+        how = ("partition registration" if version == "4.2" else "and partition state")
+        comma = "," if version == "4.2" else ""
+        is_new = " and isNew=false" if version == "4.2" else ""
+        add(40_000, f"[Broker id=2] Skipped the become-leader state change for orders-0 with "
+                    f"topic id Some(kgnYg1PfR4-BTKr7X8eaDw){comma} {how} "
+                    f"{_state(style, 2, 1, [2, 3], 3 if style == 'reg' else 103)}{is_new} since "
+                    "it is already the leader "
+                    "with leader epoch 1. Current high watermark 2000, ISR [2,3], adding replicas "
+                    "[] and removing replicas [].")
+    return sorted(lines)

@@ -18,16 +18,18 @@ from pathlib import Path
 import orjson
 import pytest
 from helpers import ROOT, cli
-from tapfixtures import (RESPONSE_MAX_BYTES, SERVER_LOG_WORDINGS, cluster_dump, completed,
-                         fetch_request, fetch_response, follower_outage, stamp)
+from tapfixtures import (RESPONSE_MAX_BYTES, SERVER_LOG_WORDINGS, STATE_CHANGE_VERSIONS,
+                         cluster_dump, completed, fetch_request, fetch_response, follower_outage,
+                         stamp)
 
 from isr.contract import Rejection, decode
-from isr.tap import metadata, server_log
+from isr.tap import metadata, server_log, state_change
 from isr.tap.command import events_of
 from isr.tap.lines import read_lines
 from isr.tap.metadata import MetadataLogTap, MetadataPoller
 from isr.tap.request_log import RequestLogTap, kafka_topic_id
 from isr.tap.server_log import ServerLogTap, proposal_numbers
+from isr.tap.state_change import StateChangeTap
 
 T0 = 1_700_000_000_000
 FIXTURES = ROOT / "tests" / "fixtures" / "tap"
@@ -361,6 +363,83 @@ def test_a_proposal_is_settled_by_the_partitions_next_line_or_five_seconds():
     assert [e["isr"] for e in tap.feed(line(5000, 2, "something else"))] == [[1, 2]]
     assert [e["isr"] for e in tap.finish()] == [[1, 3, 2]]
     assert tap.skipped[server_log.REFUSED] == 1
+
+
+# ------------------------------------------------------------ state-change.log
+# (type, leader, leader_epoch, isr, leader_epoch_start_offset, partition_epoch, +ms)
+_ZK_OLD = [("leader", 1, 0, [1, 2, 3], 0, None, 10), ("isr", 1, 0, [1, 2, 3], None, None, 10),
+           ("leader", 1, 0, [1, 2, 3], 0, None, 20), ("isr", 1, 0, [1, 2, 3], None, 0, 20),
+           ("leader", 2, 1, [2], 0, None, 30010), ("isr", 2, 1, [2], None, None, 30010)]
+_ZK_TRACE = [("isr", 1, 0, [1, 2, 3], None, 0, 10), ("leader", 1, 0, [1, 2, 3], 0, None, 11),
+             ("isr", 1, 0, [1, 2, 3], None, 0, 11), ("isr", 2, 1, [2], None, 2, 30000),
+             ("leader", 2, 1, [2], 0, None, 30010), ("isr", 2, 1, [2], None, 2, 30010)]
+_ZK_INFO = [("isr", 1, 0, [1, 2, 3], None, 0, 10), ("isr", 1, 0, [1, 2], None, None, 20000),
+            ("isr", 2, 1, [2], None, 2, 30000), ("leader", 2, 1, [2], 2000, None, 30020),
+            ("isr", 2, 1, [2], None, None, 30020)]
+_ZK_33 = _ZK_INFO[:4] + [("isr", 2, 1, [2], None, 2, 30020), ("isr", 2, 1, [2, 3], None, 3, 40000)]
+_KRAFT = [("isr", 2, 1, [2], None, 2, 30020), ("isr", 2, 1, [2, 3], None, 3, 40000)]
+STATE_CHANGE_OUTCOMES = {
+    "0.9": _ZK_OLD[:3] + [("isr", 1, 0, [1, 2, 3], None, None, 20)] + _ZK_OLD[4:],  # no version
+    "0.10": _ZK_OLD,
+    "1.1": _ZK_TRACE, "2.4": _ZK_TRACE, "2.6": _ZK_INFO, "3.3": _ZK_33, "3.5": _ZK_33,
+    "3.7": _ZK_33[:1] + [("isr", 1, 0, [1, 2], None, 1, 20000)] + _ZK_33[2:],
+    "4.0": _KRAFT, "4.2": _KRAFT,
+}
+
+
+@pytest.mark.parametrize("version", STATE_CHANGE_VERSIONS)
+def test_state_change_lines_of_each_version(version):
+    """A broker becoming leader is a leader event with the epoch's start
+    offset and HW (2.6+); the controller's LeaderAndIsr requests (TRACE, on by
+    default before 2.6) are leader events; its elections and ISR removals,
+    and a leader's new ISR without a new epoch (3.3+), are isr events."""
+    tap = StateChangeTap("prod")
+    events = list(events_of(tap, (FIXTURES / f"state-change-{version}.log").read_text()
+                            .splitlines(True)))
+    valid(events)
+    got = [(e["type"], e["leader"], e["leader_epoch"], e["isr"],
+            e.get("leader_epoch_start_offset"), e.get("partition_epoch"), e["ts"] - T0)
+           for e in events]
+    assert got == STATE_CHANGE_OUTCOMES[version]
+    assert {(e["topic"], e["partition"]) for e in events} == {("orders", 0)}
+    leaders = [e for e in events if e["type"] == "leader"]
+    assert all(e["replicas"] == [1, 2, 3] for e in leaders)
+    if version >= "2.6" and version < "4":
+        assert [e.get("hw") for e in leaders] == [1990]
+    skipped = {"not a leader or ISR line": 1}
+    if version in ("0.9", "0.10"):
+        skipped["LeaderAndIsr request to a follower"] = 1
+    assert dict(tap.skipped) == skipped
+    # KRaft brokers never log the assignment: their leader line is an isr event.
+    assert dict(tap.approximate) == ({state_change.WITHOUT_REPLICAS: 1} if version >= "4"
+                                     else {})
+
+
+def test_tap_state_change_command(tmp_path):
+    out = tmp_path / "state.jsonl"
+    r = cli("tap", "state-change", str(FIXTURES / "state-change-4.2.log"), "--to", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "3 lines read, 2 events written" in r.stderr
+    assert state_change.WITHOUT_REPLICAS in r.stderr
+    assert [json.loads(x)["isr"] for x in out.read_text().splitlines()] == [[2], [2, 3]]
+
+
+def test_partition_states_as_each_class_prints_them():
+    cases = {
+        "(Leader:1,ISR:1,2,LeaderEpoch:5,ControllerEpoch:3)": (1, 5, [1, 2], None, None),
+        "(LeaderAndIsrInfo:(Leader:1,ISR:1,2,LeaderEpoch:5,ControllerEpoch:3),"
+        "ReplicationFactor:3),AllReplicas:1,2,3)": (1, 5, [1, 2], [1, 2, 3], None),
+        "LeaderAndIsr(leader=-1, leaderEpoch=6, isr=List(2), zkVersion=9)": (-1, 6, [2], None, 9),
+        "LeaderAndIsr(leader=2, leaderEpoch=6, isrWithBrokerEpoch=List(BrokerState(brokerId=2, "
+        "brokerEpoch=-1), BrokerState(brokerId=3, brokerEpoch=7)), leaderRecoveryState="
+        "RECOVERED, partitionEpoch=9)": (2, 6, [2, 3], None, 9),
+        "PartitionState(controllerEpoch=3, leader=1, leaderEpoch=5, isr=1,2, zkVersion=7, "
+        "replicas=1,2,3, isNew=false)": (1, 5, [1, 2], [1, 2, 3], 7),
+    }
+    for text, want in cases.items():
+        got = state_change.partition_state(text)
+        assert tuple(got.get(k) for k in ("leader", "leader_epoch", "isr", "replicas",
+                                          "version")) == want, text
 
 
 # ------------------------------------------------------------ tap + replay + verify
