@@ -45,7 +45,7 @@ REJECTED = re.compile(r"^Failed to alter partition to .* since the controller re
 SETTLE_MS = 5_000
 
 TAKEN_AS_COMMIT = "ISR changes taken from the proposal line (the commit line is TRACE before 2.4)"
-NO_COMMIT = "ISR proposals without a commit line (not applied by the cluster, or not yet)"
+NO_COMMIT = "ISR proposals without a commit line (docs/tap.md: not applied, or 4.x)"
 REFUSED = "ISR proposals ZooKeeper refused (Cached zkVersion ... skip updating ISR)"
 CONTROLLER_REJECTED = "ISR proposals the controller rejected"
 
@@ -54,14 +54,29 @@ def ids(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+VERSION = re.compile(r"^Kafka version ?: (\d+)\.(\d+)")  # AppInfoParser, at every start
+
+
 class Proposal:
-    __slots__ = ("ts", "leader", "isr", "text", "without_commit_line")
+    __slots__ = ("ts", "leader", "isr", "text", "commit_logged")
 
     def __init__(self, ts: int, leader: int, isr: list[int], text: str,
-                 without_commit_line: bool) -> None:
+                 commit_logged: Optional[bool]) -> None:
         self.ts, self.leader, self.isr, self.text = ts, leader, isr, text
-        # Wordings only versions without an INFO commit line wrote (docs/tap.md).
-        self.without_commit_line = without_commit_line
+        # Whether the version that wrote this wording logs its commit at INFO:
+        # False up to 2.3, True from 2.4, None where the wording does not tell.
+        self.commit_logged = commit_logged
+
+
+def commit_logged_by(old_prefix: bool, text: str) -> Optional[bool]:
+    """What a proposal's wording says of its version (docs/tap.md): the 0.9-0.11
+    prefix and a shrink without the leader's numbers (before 2.2) are older
+    than 2.4; lastCaughtUpTimeMs is 3.6+."""
+    if old_prefix or (text.startswith("Shrinking") and "Leader: (" not in text):
+        return False
+    if "lastCaughtUpTimeMs" in text:
+        return True
+    return None
 
 
 class ServerLogTap(Log4jTap):
@@ -72,9 +87,14 @@ class ServerLogTap(Log4jTap):
         self.cluster = cluster
         self.proposals: dict[tuple[str, int], Proposal] = {}
         self.commits_logged = False  # an `ISR updated` line was seen: 2.4+ (or TRACE on)
+        self.version: Optional[tuple[int, int]] = None  # from the start banner, if seen
 
     def entry(self, parsed: LogLine) -> list[dict]:
         out = self._settle_old(parsed.ts)
+        version = VERSION.match(parsed.message)
+        if version is not None:
+            self.version = (int(version.group(1)), int(version.group(2)))
+            return out + self.skip("not a partition line")
         m = PARTITION.match(parsed.message)
         old = m is None
         if old:
@@ -86,9 +106,13 @@ class ServerLogTap(Log4jTap):
         updated = UPDATED.match(text)
         if updated is not None:
             self.commits_logged = True
+            isr = ids(updated.group(1))
+            proposal = self.proposals.get(key)
+            if proposal is not None and set(proposal.isr) != set(isr):
+                out += self._settle(key)  # a commit of something else (4.x: see docs/tap.md)
             proposal = self.proposals.pop(key, None)
-            return out + [self._event(key, parsed.ts, broker, ids(updated.group(1)),
-                                      int(updated.group(2)), proposal and proposal.text)]
+            return out + [self._event(key, parsed.ts, broker, isr, int(updated.group(2)),
+                                      proposal and proposal.text)]
         if REFUSED_BY_ZK.match(text) and key in self.proposals:
             del self.proposals[key]
             return out + self.skip(REFUSED)
@@ -98,9 +122,8 @@ class ServerLogTap(Log4jTap):
         out += self._settle(key)  # the partition's next line: the proposal did happen
         proposed = PROPOSED.match(text)
         if proposed is not None:
-            shrink_without_numbers = proposed.group(1) == "Shrinking" and "Leader: (" not in text
             self.proposals[key] = Proposal(parsed.ts, broker, ids(proposed.group(3)), text,
-                                           old or shrink_without_numbers)
+                                           commit_logged_by(old, text))
             return out
         return out + self.skip("a partition line about something else")
 
@@ -122,7 +145,11 @@ class ServerLogTap(Log4jTap):
         p = self.proposals.pop(key, None)
         if p is None:
             return []
-        if self.commits_logged and not p.without_commit_line:
+        if self.version is not None:
+            logged = self.version >= (2, 4)
+        else:
+            logged = p.commit_logged if p.commit_logged is not None else self.commits_logged
+        if logged:
             return self.skip(NO_COMMIT)
         self.approximate[TAKEN_AS_COMMIT] += 1
         return [self._event(key, p.ts, p.leader, p.isr, None, p.text)]
