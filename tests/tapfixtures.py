@@ -342,10 +342,11 @@ def server_log_of_version(version: str, t0: int) -> list[str]:
     line(60_000, "orders", 1, fmt(shrink, "orders", 1, "1,2,3", "1,3", 5,
                                   out=((2, unknown, "unknown" if unknown == "unknown" else 9),)))
     if refusal == "REJECTED":
+        sent = ("isr=List(1, 3)" if version == "3.3" else "isrWithBrokerEpoch=List(BrokerState("
+                "brokerId=1, brokerEpoch=-1), BrokerState(brokerId=3, brokerEpoch=-1))")
         line(60_003, "orders", 1,
              "Failed to alter partition to PendingShrinkIsr(outOfSyncReplicaIds=Set(2), "
-             "sentLeaderAndIsr=LeaderAndIsr(leader=1, leaderEpoch=4, isrWithBrokerEpoch=List("
-             "BrokerState(brokerId=1, brokerEpoch=-1), BrokerState(brokerId=3, brokerEpoch=-1)), "
+             f"sentLeaderAndIsr=LeaderAndIsr(leader=1, leaderEpoch=4, {sent}, "
              "leaderRecoveryState=RECOVERED, partitionEpoch=5), leaderRecoveryState=RECOVERED, "
              "lastCommittedState=CommittedPartitionState(isr=Set(1, 2, 3), "
              "leaderRecoveryState=RECOVERED)) since the controller rejected the request with "
@@ -436,15 +437,19 @@ def _scl(t0: int, ms: int, text: str) -> str:
 def _state(style: str, leader: int, epoch: int, isr: list[int], version: int) -> str:
     """The partition state, as each version's class prints it (docs/tap.md)."""
     j = ",".join(map(str, isr))
-    if style == "lic":      # LeaderIsrAndControllerEpoch, 0.9-3.x
+    if style == "lic":      # LeaderIsrAndControllerEpoch, 0.9-3.0
         return f"(Leader:{leader},ISR:{j},LeaderEpoch:{epoch},ControllerEpoch:3)"
-    if style == "lic37":    # 3.7+
+    if style == "lic32":    # 3.2+
         return (f"(Leader:{leader},ISR:{j},LeaderRecoveryState:RECOVERED,LeaderEpoch:{epoch},"
                 f"ZkVersion:{version},ControllerEpoch:3)")
-    if style == "lai":      # LeaderAndIsr, 1.1-3.6
+    if style == "lai":      # LeaderAndIsr, 1.1-3.1
         return (f"LeaderAndIsr(leader={leader}, leaderEpoch={epoch}, "
                 f"isr=List({', '.join(map(str, isr))}), zkVersion={version})")
-    if style == "lai37":    # 3.7+
+    if style == "lai33":    # 3.3-3.4
+        return (f"LeaderAndIsr(leader={leader}, leaderEpoch={epoch}, "
+                f"isr=List({', '.join(map(str, isr))}), leaderRecoveryState=RECOVERED, "
+                f"partitionEpoch={version})")
+    if style == "lai35":    # 3.5+
         states = ", ".join(f"BrokerState(brokerId={b}, brokerEpoch=-1)" for b in isr)
         return (f"LeaderAndIsr(leader={leader}, leaderEpoch={epoch}, isrWithBrokerEpoch=List("
                 f"{states}), leaderRecoveryState=RECOVERED, partitionEpoch={version})")
@@ -498,7 +503,8 @@ def state_change_of_version(version: str, t0: int) -> list[str]:
         add(21, f"T|Broker 1 received LeaderAndIsr request {_state(style, 2, 9, [2], 0)} "
                 f"correlation id 6 from controller 1 epoch 3 for partition [audit,0]")
         return sorted(lines)  # by time: the stamp leads each line
-    lai, lic = ("lai37", "lic37") if version == "3.7" else ("lai", "lic")
+    lai, lic = {"3.3": ("lai33", "lic32"), "3.5": ("lai35", "lic32"),
+                "3.7": ("lai35", "lic32")}.get(version, ("lai", "lic"))
     trace = "T|" if version in ("1.1", "2.4") else ""
     if not kraft:
         add(10, f"{trace}{ctrl}Changed partition orders-0 from NewPartition to OnlinePartition "

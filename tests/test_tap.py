@@ -365,6 +365,24 @@ def test_a_proposal_is_settled_by_the_partitions_next_line_or_five_seconds():
     assert tap.skipped[server_log.REFUSED] == 1
 
 
+@pytest.mark.parametrize("banner,taken", [("Kafka version : 2.3.1", True),
+                                           ("Kafka version: 3.4.0", False), (None, True)])
+def test_the_brokers_start_banner_says_whether_a_proposal_is_the_commit(banner, taken):
+    """`Shrinking ISR ... Leader: (...)` without lastCaughtUpTimeMs is 2.2 to
+    3.5: the banner (AppInfoParser, at every start) tells whether the commit
+    line is TRACE (up to 2.3) or INFO; without it, no commit line seen yet
+    means the proposal is taken."""
+    lines = [] if banner is None else [
+        f"[{stamp(T0)}] INFO {banner} (org.apache.kafka.common.utils.AppInfoParser)\n"]
+    lines.append(f"[{stamp(T0 + 1)}] INFO [Partition orders-0 broker=1] Shrinking ISR from 1,2,3 "
+                 "to 1,2. Leader: (highWatermark: 5, endOffset: 9). Out of sync replicas: "
+                 "(brokerId: 3, endOffset: 5). (kafka.cluster.Partition)\n")
+    tap = ServerLogTap()
+    events = list(events_of(tap, lines))
+    assert [e["isr"] for e in events] == ([[1, 2]] if taken else [])
+    assert tap.skipped.get(server_log.NO_COMMIT, 0) == (0 if taken else 1)
+
+
 # ------------------------------------------------------------ state-change.log
 # (type, leader, leader_epoch, isr, leader_epoch_start_offset, partition_epoch, +ms)
 _ZK_OLD = [("leader", 1, 0, [1, 2, 3], 0, None, 10), ("isr", 1, 0, [1, 2, 3], None, None, 10),
@@ -376,13 +394,14 @@ _ZK_TRACE = [("isr", 1, 0, [1, 2, 3], None, 0, 10), ("leader", 1, 0, [1, 2, 3], 
 _ZK_INFO = [("isr", 1, 0, [1, 2, 3], None, 0, 10), ("isr", 1, 0, [1, 2], None, None, 20000),
             ("isr", 2, 1, [2], None, 2, 30000), ("leader", 2, 1, [2], 2000, None, 30020),
             ("isr", 2, 1, [2], None, None, 30020)]
-_ZK_33 = _ZK_INFO[:4] + [("isr", 2, 1, [2], None, 2, 30020), ("isr", 2, 1, [2, 3], None, 3, 40000)]
+_ZK_33 = _ZK_INFO[:1] + [("isr", 1, 0, [1, 2], None, 1, 20000)] + _ZK_INFO[2:4] + [
+    ("isr", 2, 1, [2], None, 2, 30020), ("isr", 2, 1, [2, 3], None, 3, 40000)]
 _KRAFT = [("isr", 2, 1, [2], None, 2, 30020), ("isr", 2, 1, [2, 3], None, 3, 40000)]
 STATE_CHANGE_OUTCOMES = {
     "0.9": _ZK_OLD[:3] + [("isr", 1, 0, [1, 2, 3], None, None, 20)] + _ZK_OLD[4:],  # no version
     "0.10": _ZK_OLD,
     "1.1": _ZK_TRACE, "2.4": _ZK_TRACE, "2.6": _ZK_INFO, "3.3": _ZK_33, "3.5": _ZK_33,
-    "3.7": _ZK_33[:1] + [("isr", 1, 0, [1, 2], None, 1, 20000)] + _ZK_33[2:],
+    "3.7": _ZK_33,
     "4.0": _KRAFT, "4.2": _KRAFT,
 }
 
