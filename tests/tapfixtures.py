@@ -514,6 +514,10 @@ def state_change_of_version(version: str, t0: int) -> list[str]:
         for ms, leader, epoch, isr, v in ((11, 1, 0, [1, 2, 3], 0), (30_010, 2, 1, [2], 2)):
             add(ms, f"T|{ctrl}Sending become-leader LeaderAndIsr request "
                     f"{_state(style, leader, epoch, isr, v)} to broker {leader} for partition orders-0")
+        # broker 1 receiving it (and a follower's request, which says nothing of a leader)
+        for ms, leader, epoch, isr in ((12, 1, 0, [1, 2, 3]), (30_015, 2, 1, [2])):
+            add(ms, f"T|[Broker id=1] Received LeaderAndIsr request {_state(style, leader, epoch, isr, 0)}"
+                    f" correlation id 5 from controller 1 epoch 3 for partition orders-0")
     if not kraft and version not in ("1.1", "2.4"):
         add(20_000, f"{ctrl}Partition orders-0 state changed to {_state(lic, 1, 0, [1, 2], 1)} "
                     f"after removing replica 3 from the ISR as part of transition to OfflineReplica")

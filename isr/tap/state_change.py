@@ -8,9 +8,10 @@ The lines this tap reads, and what each means in the contract:
   `leader` event with the exact epoch start offset and HW;
 - the controller sent a leader its LeaderAndIsr request (0.9-2.5, TRACE, which
   those versions' log4j.properties turns on): `... sending become-leader
-  LeaderAndIsr request STATE to broker B for partition P` (and the broker's
-  `Broker B received LeaderAndIsr request STATE ...` up to 0.11) - a `leader`
-  event (the epoch start offset is not in it: 0, as from the metadata log);
+  LeaderAndIsr request STATE to broker B for partition P`, and the leader's
+  `Broker B received` (0.9-0.11) / `[Broker id=B] Received` (1.0+) `LeaderAndIsr
+  request STATE ...` - a `leader` event (the epoch start offset is not in
+  it: 0, as from the metadata log);
 - the controller elected a leader or changed the ISR (ZooKeeper mode, 1.1+):
   `Changed partition t-p from X to OnlinePartition with state
   LeaderAndIsr(...)` and `Partition t-p state changed to (Leader:L,ISR:..,..)
@@ -46,8 +47,8 @@ ALREADY_LEADER = re.compile(
 BECOME_LEADER_REQUEST = re.compile(
     r"^[Ss]ending become-leader LeaderAndIsr request (.*) to broker (\d+) for partition (\S+)$")
 RECEIVED_REQUEST = re.compile(
-    r"^Broker (\d+) received LeaderAndIsr request (.*) correlation id \d+ from controller \d+ "
-    r"epoch \d+ for partition (\S+)$")
+    r"^(?:Broker (\d+) received|Received) LeaderAndIsr request (.*) correlation id \d+ from "
+    r"controller \d+ epoch \d+ for partition (\S+)$")
 ONLINE = re.compile(r"^[Cc]hanged partition (\S+) from \w+ to OnlinePartition with state (.*)$")
 REMOVED = re.compile(r"^Partition (\S+) state changed to (\(Leader:.*?\)) after removing "
                      r"replica \d+ from the ISR")
@@ -129,10 +130,11 @@ class StateChangeTap(Log4jTap):
         return self._request(m.group(3), m.group(1), int(m.group(2)), ts)
 
     def _received_request(self, m, broker, ts) -> list[dict]:
+        receiver = int(m.group(1)) if m.group(1) else broker  # 0.9-0.11 | 1.0+ prefix
         state = partition_state(m.group(2))
-        if state.get("leader") != int(m.group(1)):
+        if receiver is None or state.get("leader") != receiver:
             return self.skip("LeaderAndIsr request to a follower")
-        return self._request(m.group(3), m.group(2), int(m.group(1)), ts)
+        return self._request(m.group(3), m.group(2), receiver, ts)
 
     def _request(self, where: str, text: str, leader: int, ts: int) -> list[dict]:
         key, state = partition_of(where), partition_state(text)
