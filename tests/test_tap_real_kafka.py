@@ -69,10 +69,11 @@ def test_the_real_server_logs_commits_are_the_controllers():
     then changes nothing and is not logged) is counted, and its proposed ISR
     is the next one the controller committed."""
     commits = committed()
-    proposals = 0
+    proposals, logged = 0, 0
     for broker in (1, 2, 3):
         t = ServerLogTap()
         events = tap(t, f"broker-{broker}-server.log")
+        logged += len(events)
         assert t.version == (4, 4)
         for e in events:
             key = (e["topic"], e["partition"])
@@ -89,6 +90,8 @@ def test_the_real_server_logs_commits_are_the_controllers():
                 key, isr = (m.group(1), int(m.group(2))), sorted(server_log.ids(proposed.group(3)))
                 assert [c for c in commits[key] if c[1] == isr and 0 <= c[0] - parsed.ts < 1000]
     assert proposals == 2  # orders-0 and orders-1 removing broker 3
+    # 7 changes after the topics' creation; 3 never had an `ISR updated` line.
+    assert (logged, sum(len(v) - 1 for v in commits.values())) == (4, 7)
 
 
 def test_the_real_shrink_lines_carry_the_leaders_numbers():
