@@ -19,7 +19,8 @@ The lines this tap reads, and what each means in the contract:
   ISR without a new epoch (3.3+, `Skipped the become-leader state change ...
   since it is already the leader ... ISR [..]`) - `isr` events;
 - `Changed partition t-p state from NonExistentPartition to NewPartition with
-  assigned replicas 1,2,3`: the assignment, which no other line has in full.
+  assigned replicas 1,2,3` and the partition states a follower skips (3.3+):
+  the assignment, which the leader lines do not have.
 A `leader` event needs the replicas: a leader line of a partition whose
 assignment no line has given yet becomes an `isr` event, counted.
 """
@@ -44,6 +45,9 @@ ALREADY_LEADER = re.compile(
     r"^Skipped the become-leader state change for (\S+) with topic id .*? "
     r"(?:partition state|partition registration) (.*) since it is already the leader with leader "
     r"epoch (\d+)\. Current high watermark \d+, ISR \[" + IDS + r"\]")
+FOLLOWER_SKIPPED = re.compile(
+    r"^Skipped the become-follower state change for (\S+) with topic id .*? "
+    r"(?:partition state|partition registration) (.*) since ")
 BECOME_LEADER_REQUEST = re.compile(
     r"^[Ss]ending become-leader LeaderAndIsr request (.*) to broker (\d+) for partition (\S+)$")
 RECEIVED_REQUEST = re.compile(
@@ -163,6 +167,13 @@ class StateChangeTap(Log4jTap):
         return [self._isr(key, ts, broker, int(m.group(3)), ids(m.group(4)),
                           state.get("version"))]
 
+    def _follower_skipped(self, m, broker, ts) -> list[dict]:
+        """A follower's view (3.3+): nothing changed, but the replicas show."""
+        key, state = partition_of(m.group(1)), partition_state(m.group(2))
+        if key is not None and state.get("replicas"):
+            self.replicas[key] = state["replicas"]
+        return self.skip("a follower's partition state")
+
     def _assigned(self, m, broker, ts) -> list[dict]:
         key = partition_of(m.group(1))
         if key is None:
@@ -173,7 +184,7 @@ class StateChangeTap(Log4jTap):
     HANDLERS = [(LEADER_STARTS, _leader_starts), (BECOME_LEADER_REQUEST, _become_leader_request),
                 (RECEIVED_REQUEST, _received_request), (ONLINE, _isr_from_state),
                 (REMOVED, _isr_from_state), (ALREADY_LEADER, _already_leader),
-                (ASSIGNED, _assigned)]
+                (FOLLOWER_SKIPPED, _follower_skipped), (ASSIGNED, _assigned)]
 
     # ------------------------------------------------------------ events
     def _leader(self, key, ts, leader, epoch, isr, start, hw, version) -> list[dict]:
