@@ -45,7 +45,7 @@ REJECTED = re.compile(r"^Failed to alter partition to .* since the controller re
 SETTLE_MS = 5_000
 
 TAKEN_AS_COMMIT = "ISR changes taken from the proposal line (the commit line is TRACE before 2.4)"
-NO_COMMIT = "ISR proposals without a commit line (docs/tap.md: not applied, or 4.x)"
+NO_COMMIT = "ISR proposals without a commit line (docs/tap.md: not applied, or KRaft)"
 REFUSED = "ISR proposals ZooKeeper refused (Cached zkVersion ... skip updating ISR)"
 CONTROLLER_REJECTED = "ISR proposals the controller rejected"
 
