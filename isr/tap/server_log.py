@@ -17,11 +17,13 @@ the ISR, by version of core/src/main/scala/kafka/cluster/Partition.scala
   updating ISR` (ZooKeeper, up to 2.7) and `Failed to alter partition to ...
   since the controller rejected the request with E` (3.3+).
 
-So a proposal is held until the same partition's next line says what became
-of it. A commit line is the `isr` event. Where the broker logs no commit line
-(before 2.4, at INFO) the proposal is the commit unless ZooKeeper refused it:
-it becomes the event. A proposal never vanishes: what is not an event is
-counted in the summary with the reason.
+A commit line is the `isr` event. A proposal is held until the same
+partition's next line (or 5 s of log time, or the end) says what became of
+it: where the broker logs no commit line at INFO (before 2.4: its start
+banner says, or the wording) the proposal is the commit unless ZooKeeper
+refused it, and becomes the event. A proposal never vanishes: one that is
+not an event is counted in the summary with the reason (on KRaft a leader
+may learn its commit from the metadata log and log none: docs/tap.md).
 """
 
 from __future__ import annotations
@@ -50,11 +52,11 @@ REFUSED = "ISR proposals ZooKeeper refused (Cached zkVersion ... skip updating I
 CONTROLLER_REJECTED = "ISR proposals the controller rejected"
 
 
+VERSION = re.compile(r"^Kafka version ?: (\d+)\.(\d+)")  # AppInfoParser, at every start
+
+
 def ids(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
-
-
-VERSION = re.compile(r"^Kafka version ?: (\d+)\.(\d+)")  # AppInfoParser, at every start
 
 
 class Proposal:
@@ -102,30 +104,30 @@ class ServerLogTap(Log4jTap):
         if m is None:
             return out + self.skip("not a partition line")
         key = (m.group(1), int(m.group(2)))
-        broker, text = int(m.group(3)), m.group(4)
+        return out + self._partition_line(key, int(m.group(3)), m.group(4), parsed.ts, old)
+
+    def _partition_line(self, key: tuple[str, int], broker: int, text: str, ts: int,
+                        old: bool) -> list[dict]:
         updated = UPDATED.match(text)
         if updated is not None:
             self.commits_logged = True
-            isr = ids(updated.group(1))
-            proposal = self.proposals.get(key)
-            if proposal is not None and set(proposal.isr) != set(isr):
-                out += self._settle(key)  # a commit of something else (4.x: see docs/tap.md)
-            proposal = self.proposals.pop(key, None)
-            return out + [self._event(key, parsed.ts, broker, isr, int(updated.group(2)),
-                                      proposal and proposal.text)]
-        if REFUSED_BY_ZK.match(text) and key in self.proposals:
+            isr, out = ids(updated.group(1)), []
+            pending = self.proposals.get(key)
+            if pending is not None and set(pending.isr) != set(isr):
+                out = self._settle(key)  # it commits something else (KRaft: docs/tap.md)
+            pending = self.proposals.pop(key, None)
+            return out + [self._event(key, ts, broker, isr, int(updated.group(2)),
+                                      pending and pending.text)]
+        if key in self.proposals and (REFUSED_BY_ZK.match(text) or REJECTED.match(text)):
             del self.proposals[key]
-            return out + self.skip(REFUSED)
-        if REJECTED.match(text) and key in self.proposals:
-            del self.proposals[key]
-            return out + self.skip(CONTROLLER_REJECTED)
-        out += self._settle(key)  # the partition's next line: the proposal did happen
+            return self.skip(REFUSED if text.startswith("Cached") else CONTROLLER_REJECTED)
+        out = self._settle(key)  # the partition's next line: the proposal was not refused
         proposed = PROPOSED.match(text)
-        if proposed is not None:
-            self.proposals[key] = Proposal(parsed.ts, broker, ids(proposed.group(3)), text,
-                                           commit_logged_by(old, text))
-            return out
-        return out + self.skip("a partition line about something else")
+        if proposed is None:
+            return out + self.skip("a partition line about something else")
+        self.proposals[key] = Proposal(ts, broker, ids(proposed.group(3)), text,
+                                       commit_logged_by(old, text))
+        return out
 
     def finish(self) -> list[dict]:
         out = []
