@@ -253,6 +253,16 @@ def test_segments_dumped_out_of_order_are_replayed_in_offset_order():
     assert tap.skipped == {"change of a partition the dump did not create": 3}
 
 
+def test_tap_metadata_replays_a_finished_dump_in_offset_order(tmp_path):
+    out = tmp_path / "metadata.jsonl"
+    r = cli("tap", "metadata", str(FIXTURES / "metadata-segments-out-of-order.dump"),
+            "--to", str(out))
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(x) for x in out.read_text().splitlines()]
+    assert partition_history(events) == CLUSTER_HISTORY
+    assert "skipped" not in r.stderr and "approximate" not in r.stderr
+
+
 @pytest.mark.parametrize("hold", [False, True])
 def test_a_snapshot_then_the_log_applies_each_change_once(hold):
     """A snapshot at end offset 10 holds the state after offsets 0-9 (its
