@@ -338,6 +338,10 @@ def _add_tap_parsers(sub) -> None:
                                      "and ISR changes in state-change.log as leader and isr "
                                      "events (Kafka 0.9 to 4.x wording, docs/tap.md).")
     common(p, "a broker's or the controller's state-change.log, or - for stdin")
+    p.add_argument("--replicas", metavar="DUMP|BOOTSTRAP",
+                   help="where a leader line's partition gets its replicas when no line gave them: "
+                        "a metadata dump file (kafka-dump-log --cluster-metadata-decoder) or "
+                        "bootstrap servers")
     p.set_defaults(func=cmd_tap_state_change)
 
 
@@ -383,7 +387,10 @@ def cmd_tap_server_log(args: argparse.Namespace) -> int:
 def cmd_tap_state_change(args: argparse.Namespace) -> int:
     from isr.tap.state_change import StateChangeTap
 
-    return _run_tap(args, StateChangeTap(args.cluster, _zone(args.timezone)))
+    from isr.tap.assignment import replicas_from
+
+    return _run_tap(args, StateChangeTap(args.cluster, _zone(args.timezone),
+                                         replicas_from(args.replicas)))
 
 
 def cmd_tap_metadata(args: argparse.Namespace) -> int:

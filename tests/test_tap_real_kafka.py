@@ -9,7 +9,7 @@ import json
 
 import orjson
 import pytest
-from helpers import ROOT
+from helpers import ROOT, cli
 
 from isr.contract import Rejection, decode
 from isr.tap import server_log, state_change
@@ -121,3 +121,18 @@ def test_the_real_state_change_logs_give_every_isr_the_leaders_learned():
                    if (e["topic"], e["partition"]) == key]
             assert [g[1:] for g in got] == [c[1:] for c in commits[key]]
             assert all(0 <= g[0] - c[0] < 1000 for g, c in zip(got, commits[key]))
+
+
+def test_the_real_leader_lines_take_their_replicas_from_the_metadata_dump(tmp_path):
+    """`isr tap state-change --replicas DUMP`: KRaft's leader lines list no
+    replicas; the dump has them, and the lines become leader events with the
+    epoch's start offset and HW."""
+    out = tmp_path / "state.jsonl"
+    r = cli("tap", "state-change", str(REAL / "broker-1-state-change.log"),
+            "--replicas", str(REAL / "metadata.dump"), "--to", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "approximate" not in r.stderr
+    events = [json.loads(x) for x in out.read_text().splitlines()]
+    leaders = [(e["topic"], e["partition"], e["replicas"], e["leader_epoch_start_offset"], e["hw"])
+               for e in events if e["type"] == "leader"]
+    assert leaders == [("idle", 0, [1, 2, 3], 0, 0), ("orders", 0, [1, 2, 3], 0, 0)]

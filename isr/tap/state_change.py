@@ -22,7 +22,8 @@ The lines this tap reads, and what each means in the contract:
   assigned replicas 1,2,3` and the partition states a follower skips (3.3+):
   the assignment, which the leader lines do not have.
 A `leader` event needs the replicas: a leader line of a partition whose
-assignment no line has given yet becomes an `isr` event, counted.
+assignment no line has given yet takes them from `--replicas` (a metadata
+dump or the cluster), else becomes an `isr` event, counted.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from isr.tap.assignment import Replicas
 from isr.tap.lines import Log4jTap, LogLine
 
 BROKER = re.compile(r"^\[Broker id=(\d+)\] (.*)$")                       # 1.0+
@@ -75,7 +77,8 @@ NAMED = {
 }
 BROKER_STATE = re.compile(r"BrokerState\(brokerId=(\d+)")
 
-WITHOUT_REPLICAS = "leader lines written as isr events (no line gave the partition's replicas)"
+WITHOUT_REPLICAS = ("leader lines written as isr events (no line gave the partition's replicas; "
+                    "see --replicas)")
 
 
 def ids(text: str) -> list[int]:
@@ -104,10 +107,12 @@ def partition_state(text: str) -> dict:
 class StateChangeTap(Log4jTap):
     """state-change.log lines in, `leader` and `isr` events out."""
 
-    def __init__(self, cluster: str = "default", timezone: str = "UTC") -> None:
+    def __init__(self, cluster: str = "default", timezone: str = "UTC",
+                 replicas_of: Optional[Replicas] = None) -> None:
         super().__init__(timezone)
         self.cluster = cluster
-        self.replicas: dict[tuple[str, int], list[int]] = {}
+        self.replicas: dict[tuple[str, int], list[int]] = {}  # as this log's lines gave them
+        self.replicas_of = replicas_of  # --replicas DUMP|BOOTSTRAP, for the others
 
     def entry(self, parsed: LogLine) -> list[dict]:
         text = parsed.message
@@ -188,7 +193,7 @@ class StateChangeTap(Log4jTap):
 
     # ------------------------------------------------------------ events
     def _leader(self, key, ts, leader, epoch, isr, start, hw, version) -> list[dict]:
-        replicas = self.replicas.get(key)
+        replicas = self.replicas.get(key) or (self.replicas_of and self.replicas_of(key))
         if not replicas or leader not in replicas or not set(isr) <= set(replicas):
             self.approximate[WITHOUT_REPLICAS] += 1
             return [self._isr(key, ts, leader, epoch, isr, version)]
