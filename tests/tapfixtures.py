@@ -321,7 +321,8 @@ def server_log_of_version(version: str, t0: int) -> list[str]:
     _, style, shrink, expand, commit, refusal = SERVER_LOG_WORDINGS[version]
     prefix = OLD_STYLE_PARTITION if style == "old" else NEW_STYLE_PARTITION
     lines = [log4j(t0 + 2, "INFO", "[ReplicaFetcherManager on broker 1] Removed fetcher for "
-                                   "partitions Set(orders-0)", "kafka.server.ReplicaFetcherManager")]
+                                   "partitions Set(orders-0)",
+                   "kafka.server.ReplicaFetcherManager")]
 
     def line(ms, topic, p, text):
         lines.append(log4j(t0 + ms, "INFO", prefix.format(t=topic, p=p, n=1) + text,
@@ -369,8 +370,8 @@ def batch_line(base: int, count: int, ms: int, control: bool = False, position: 
     return (f"baseOffset: {base} lastOffset: {base + count - 1} count: {count} baseSequence: -1 "
             f"lastSequence: -1 producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 1 "
             f"isTransactional: false isControl: {str(control).lower()} deleteHorizonMs: "
-            f"OptionalLong.empty position: {position} CreateTime: {ms} size: {100 * count} magic: 2 "
-            f"compresscodec: none crc: 1234567 isvalid: true\n")
+            f"OptionalLong.empty position: {position} CreateTime: {ms} size: {100 * count} "
+            f"magic: 2 compresscodec: none crc: 1234567 isvalid: true\n")
 
 
 def dump_file(section: str, batches: list[tuple], skip_metadata: bool = False,
@@ -470,7 +471,8 @@ def _state(style: str, leader: int, epoch: int, isr: list[int], version: int) ->
                 f"addingReplicas=[], removingReplicas=[], isNew=false)")
     if style == "reg":      # PartitionRegistration, 4.2+
         return (f"PartitionRegistration(replicas=[1, 2, 3], directories=[AAAAAAAAAAAAAAAAAAAAAA, "
-                f"AAAAAAAAAAAAAAAAAAAAAA, AAAAAAAAAAAAAAAAAAAAAA], isr=[{', '.join(map(str, isr))}], "
+                f"AAAAAAAAAAAAAAAAAAAAAA, AAAAAAAAAAAAAAAAAAAAAA], "
+                f"isr=[{', '.join(map(str, isr))}], "
                 f"removingReplicas=[], addingReplicas=[], elr=[], lastKnownElr=[], "
                 f"leader={leader}, leaderRecoveryState=RECOVERED, leaderEpoch={epoch}, "
                 f"partitionEpoch={version})")
@@ -496,7 +498,8 @@ def state_change_of_version(version: str, t0: int) -> list[str]:
     if zk_old:  # the controller's request to the leader, and the leader receiving it
         for ms, leader, epoch, isr in ((10, 1, 0, [1, 2, 3]), (30_010, 2, 1, [2])):
             add(ms, f"T|{ctrl}sending become-leader LeaderAndIsr request "
-                    f"{_state('lic', leader, epoch, isr, 0)} to broker {leader} for partition {where}")
+                    f"{_state('lic', leader, epoch, isr, 0)} to broker {leader} "
+                    f"for partition {where}")
         style = "psi" if version == "0.9" else "ps10"
         add(20, f"T|Broker 1 received LeaderAndIsr request {_state(style, 1, 0, [1, 2, 3], 0)} "
                 f"correlation id 5 from controller 1 epoch 3 for partition {where}")
@@ -513,14 +516,17 @@ def state_change_of_version(version: str, t0: int) -> list[str]:
         style = "ps1" if version == "1.1" else "laips"
         for ms, leader, epoch, isr, v in ((11, 1, 0, [1, 2, 3], 0), (30_010, 2, 1, [2], 2)):
             add(ms, f"T|{ctrl}Sending become-leader LeaderAndIsr request "
-                    f"{_state(style, leader, epoch, isr, v)} to broker {leader} for partition orders-0")
+                    f"{_state(style, leader, epoch, isr, v)} to broker {leader} "
+                    "for partition orders-0")
         # broker 1 receiving it (and a follower's request, which says nothing of a leader)
         for ms, leader, epoch, isr in ((12, 1, 0, [1, 2, 3]), (30_015, 2, 1, [2])):
-            add(ms, f"T|[Broker id=1] Received LeaderAndIsr request {_state(style, leader, epoch, isr, 0)}"
-                    f" correlation id 5 from controller 1 epoch 3 for partition orders-0")
+            add(ms, "T|[Broker id=1] Received LeaderAndIsr request "
+                    f"{_state(style, leader, epoch, isr, 0)} correlation id 5 from controller 1 "
+                    "epoch 3 for partition orders-0")
     if not kraft and version not in ("1.1", "2.4"):
         add(20_000, f"{ctrl}Partition orders-0 state changed to {_state(lic, 1, 0, [1, 2], 1)} "
-                    f"after removing replica 3 from the ISR as part of transition to OfflineReplica")
+                    "after removing replica 3 from the ISR as part of transition to "
+                    "OfflineReplica")
     if not kraft:
         add(30_000, f"{trace}{ctrl}Changed partition orders-0 from OfflinePartition to "
                     f"OnlinePartition with state {_state(lai, 2, 1, [2], 2)}")

@@ -460,17 +460,19 @@ def test_a_kraft_broker_learns_the_replicas_from_a_state_it_skipped():
     partition its leader line is a leader event with the epoch's start."""
     def line(ms, text):
         return f"[{stamp(T0 + ms)}] INFO [Broker id=1] {text} (state.change.logger)\n"
-    follower = line(0, "Skipped the become-follower state change for orders-1 with topic id "
-                       "Some(ajTRq1KmSLSTgCjn_TZn7g), partition registration PartitionRegistration("
-                       "replicas=[2, 3, 1], directories=[YpGEKKe1RIZlSY3bxU_A-w, zzvLRxCc8ZFDysPp4wFTeQ, "
-                       "JnBIEJCkysLoXbDnUFbzHw], isr=[1, 2], removingReplicas=[], addingReplicas=[], "
-                       "elr=[], lastKnownElr=[], leader=2, leaderRecoveryState=RECOVERED, leaderEpoch=0, "
-                       "partitionEpoch=1) and isNew=false since it is already a follower with leader "
-                       "epoch 0.")
-    leader = line(5000, "Leader orders-1 with topic id Some(ajTRq1KmSLSTgCjn_TZn7g) starts at leader "
-                        "epoch 1 from offset 57 with partition epoch 3, high watermark 50, ISR [1,3], "
-                        "adding replicas [] and removing replicas [] . Previous leader Some(2) and "
-                        "previous leader epoch was 0.")
+    follower = line(0, (
+        "Skipped the become-follower state change for orders-1 with topic id "
+        "Some(ajTRq1KmSLSTgCjn_TZn7g), partition registration PartitionRegistration("
+        "replicas=[2, 3, 1], directories=[YpGEKKe1RIZlSY3bxU_A-w, zzvLRxCc8ZFDysPp4wFTeQ, "
+        "JnBIEJCkysLoXbDnUFbzHw], isr=[1, 2], removingReplicas=[], addingReplicas=[], "
+        "elr=[], lastKnownElr=[], leader=2, leaderRecoveryState=RECOVERED, leaderEpoch=0, "
+        "partitionEpoch=1) and isNew=false since it is already a follower with leader "
+        "epoch 0."))
+    leader = line(5000, (
+        "Leader orders-1 with topic id Some(ajTRq1KmSLSTgCjn_TZn7g) starts at leader "
+        "epoch 1 from offset 57 with partition epoch 3, high watermark 50, ISR [1,3], "
+        "adding replicas [] and removing replicas [] . Previous leader Some(2) and "
+        "previous leader epoch was 0."))
     tap = StateChangeTap()
     events = list(events_of(tap, [follower, leader]))
     valid(events)

@@ -35,9 +35,10 @@ from isr.tap.lines import Log4jTap, LogLine
 
 PARTITION = re.compile(r"^\[Partition (.+)-(\d+) broker=(\d+)\] (.*)$")          # 1.0+
 OLD_PARTITION = re.compile(r"^Partition \[(.+),(\d+)\] on broker (\d+): (.*)$")  # 0.9-0.11
-UPDATED = re.compile(r"^ISR updated (?:from AlterIsr )?to \[?([\d,]*)\]?\s*(?:\(under-min-isr\))?\s*"
-                     r"and (?:zkVersion|version) updated to \[?(\d+)\]?")
-PROPOSED = re.compile(r"^(Shrinking|Expanding) ISR (?:for partition \S+ )?from ([\d,]*) to ([\d,]*)")
+UPDATED = re.compile(r"^ISR updated (?:from AlterIsr )?to \[?([\d,]*)\]?\s*"
+                     r"(?:\(under-min-isr\))?\s*and (?:zkVersion|version) updated to \[?(\d+)\]?")
+PROPOSED = re.compile(r"^(Shrinking|Expanding) ISR (?:for partition \S+ )?"
+                      r"from ([\d,]*) to ([\d,]*)")
 REFUSED_BY_ZK = re.compile(r"^Cached zkVersion \[?\d+\]? not equal to that in zookeeper, "
                            r"skip updating ISR")
 REJECTED = re.compile(r"^Failed to alter partition to .* since the controller rejected the "
