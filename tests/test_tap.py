@@ -482,6 +482,13 @@ def test_a_kraft_broker_learns_the_replicas_from_a_state_it_skipped():
     assert tap.skipped == {"a follower's partition state": 1} and not tap.approximate
 
 
+def test_replicas_that_are_neither_a_file_nor_a_cluster_are_one_line(tmp_path):
+    r = cli("tap", "state-change", str(FIXTURES / "state-change-2.6.log"),
+            "--replicas", str(tmp_path / "missing.dump"), "--to", "-")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+    assert "--replicas" in r.stderr and "no such file" in r.stderr
+
+
 def test_partition_states_as_each_class_prints_them():
     cases = {
         "(Leader:1,ISR:1,2,LeaderEpoch:5,ControllerEpoch:3)": (1, 5, [1, 2], None, None),

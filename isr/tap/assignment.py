@@ -4,12 +4,16 @@ asking the cluster."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from isr.config import ConfigError
+
 Replicas = Callable[[tuple[str, int]], Optional[list[int]]]
 REFRESH_S = 10.0  # an unknown partition asks the cluster again at most this often
+BOOTSTRAP = re.compile(r"^[^\s,/]+:\d+(?:,[^\s,/]+:\d+)*$")  # HOST:PORT[,HOST:PORT...]
 
 
 def dump_replicas(path: str) -> Replicas:
@@ -38,7 +42,8 @@ class ClusterReplicas:
             self._refresh()
         return self.replicas.get(key)
 
-    def _refresh(self) -> None:
+    def _refresh(self) -> bool:
+        """Whether the cluster answered."""
         from kafka.admin import KafkaAdminClient
         from kafka.errors import KafkaError
 
@@ -53,11 +58,20 @@ class ClusterReplicas:
             finally:
                 admin.close()
         except KafkaError:
-            pass  # the leader line stays an isr event, counted; asked again later
+            return False  # the leader line stays an isr event, counted; asked again later
+        return True
 
 
 def replicas_from(where: Optional[str]) -> Optional[Replicas]:
     """`--replicas DUMP|BOOTSTRAP`: a metadata dump file, else bootstrap servers."""
     if where is None:
         return None
-    return dump_replicas(where) if Path(where).exists() else ClusterReplicas(where)
+    if Path(where).exists():
+        return dump_replicas(where)
+    if not BOOTSTRAP.match(where):
+        raise ConfigError(f"--replicas {where}: no such file, and not bootstrap servers "
+                          "(HOST:PORT[,HOST:PORT...])")
+    cluster = ClusterReplicas(where)
+    if not cluster._refresh():
+        raise ConfigError(f"--replicas {where}: no Kafka cluster answered there")
+    return cluster
