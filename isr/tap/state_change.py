@@ -119,7 +119,8 @@ class StateChangeTap(Log4jTap):
         m = BROKER.match(text) or CONTROLLER.match(text) or OLD_CONTROLLER.match(text)
         broker = int(m.group(1)) if m and text.startswith("[Broker") else None
         body = m.group(2) if m else text
-        for pattern, handler in self.HANDLERS:
+        # Most lines are about something else: their first word rules them out.
+        for pattern, handler in self.HANDLERS.get(body.split(" ", 1)[0].lower(), ()):
             found = pattern.match(body)
             if found is not None:
                 return handler(self, found, broker, parsed.ts)
@@ -174,9 +175,9 @@ class StateChangeTap(Log4jTap):
 
     def _follower_skipped(self, m, broker, ts) -> list[dict]:
         """A follower's view (3.3+): nothing changed, but the replicas show."""
-        key, state = partition_of(m.group(1)), partition_state(m.group(2))
-        if key is not None and state.get("replicas"):
-            self.replicas[key] = state["replicas"]
+        key, replicas = partition_of(m.group(1)), NAMED["replicas"].search(m.group(2))
+        if key is not None and replicas is not None and ids(replicas.group(1)):
+            self.replicas[key] = ids(replicas.group(1))
         return self.skip("a follower's partition state")
 
     def _assigned(self, m, broker, ts) -> list[dict]:
@@ -186,10 +187,15 @@ class StateChangeTap(Log4jTap):
         self.replicas[key] = ids(m.group(2))
         return []
 
-    HANDLERS = [(LEADER_STARTS, _leader_starts), (BECOME_LEADER_REQUEST, _become_leader_request),
-                (RECEIVED_REQUEST, _received_request), (ONLINE, _isr_from_state),
-                (REMOVED, _isr_from_state), (ALREADY_LEADER, _already_leader),
-                (FOLLOWER_SKIPPED, _follower_skipped), (ASSIGNED, _assigned)]
+    HANDLERS = {  # by the line's first word, lower case
+        "leader": [(LEADER_STARTS, _leader_starts)],
+        "sending": [(BECOME_LEADER_REQUEST, _become_leader_request)],
+        "broker": [(RECEIVED_REQUEST, _received_request)],
+        "received": [(RECEIVED_REQUEST, _received_request)],
+        "changed": [(ONLINE, _isr_from_state), (ASSIGNED, _assigned)],
+        "partition": [(REMOVED, _isr_from_state)],
+        "skipped": [(ALREADY_LEADER, _already_leader), (FOLLOWER_SKIPPED, _follower_skipped)],
+    }
 
     # ------------------------------------------------------------ events
     def _leader(self, key, ts, leader, epoch, isr, start, hw, version) -> list[dict]:
