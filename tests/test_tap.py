@@ -375,6 +375,22 @@ def test_a_proposal_is_settled_by_the_partitions_next_line_or_five_seconds():
     assert tap.skipped[server_log.REFUSED] == 1
 
 
+def test_the_trace_commit_line_of_0_9_to_2_3_prints_replica_objects():
+    """With kafka.cluster.Partition at TRACE, 0.9-2.3 log the commit with the
+    ISR's Replica objects (Replica.toString): it is the event, with its version."""
+    def line(ms, text):
+        return (f"[{stamp(T0 + ms)}] {'TRACE' if 'updated' in text else 'INFO'} Partition "
+                f"[orders,0] on broker 1: {text} (kafka.cluster.Partition)\n")
+    tap = ServerLogTap()
+    events = list(events_of(tap, [
+        line(0, "Shrinking ISR for partition [orders,0] from 1,2,3 to 1,2"),
+        line(3, "ISR updated to [ReplicaId: 1; Topic: orders; Partition: 0; isLocal: true; "
+                "Highwatermark: 490,ReplicaId: 2; Topic: orders; Partition: 0; isLocal: false] "
+                "and zkVersion updated to [11]")]))
+    assert [(e["isr"], e["partition_epoch"], e["ts"] - T0) for e in events] == [([1, 2], 11, 3)]
+    assert "Shrinking ISR" in events[0]["kafka_log"] and not tap.approximate
+
+
 @pytest.mark.parametrize("banner,taken", [("Kafka version : 2.3.1", True),
                                            ("Kafka version: 3.4.0", False), (None, True)])
 def test_the_brokers_start_banner_says_whether_a_proposal_is_the_commit(banner, taken):

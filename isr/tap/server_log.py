@@ -37,6 +37,11 @@ PARTITION = re.compile(r"^\[Partition (.+)-(\d+) broker=(\d+)\] (.*)$")         
 OLD_PARTITION = re.compile(r"^Partition \[(.+),(\d+)\] on broker (\d+): (.*)$")  # 0.9-0.11
 UPDATED = re.compile(r"^ISR updated (?:from AlterIsr )?to \[?([\d,]*)\]?\s*"
                      r"(?:\(under-min-isr\))?\s*and (?:zkVersion|version) updated to \[?(\d+)\]?")
+# 0.9-2.3 at TRACE: the ISR as Replica objects, `[ReplicaId: 1; Topic: t; ...,ReplicaId: 2; ...]`
+# (Replica.toString, 0.9.0.0 core/src/main/scala/kafka/cluster/Replica.scala l. 114).
+UPDATED_REPLICAS = re.compile(r"^ISR updated to \[(.*ReplicaId: .*)\] and zkVersion updated to "
+                              r"\[(\d+)\]")
+REPLICA_ID = re.compile(r"ReplicaId: (\d+)")
 PROPOSED = re.compile(r"^(Shrinking|Expanding) ISR (?:for partition \S+ )?"
                       r"from ([\d,]*) to ([\d,]*)")
 REFUSED_BY_ZK = re.compile(r"^Cached zkVersion \[?\d+\]? not equal to that in zookeeper, "
@@ -58,6 +63,11 @@ VERSION = re.compile(r"^Kafka version ?: (\d+)\.(\d+)")  # AppInfoParser, at eve
 
 def ids(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
+
+
+def committed_isr(text: str) -> list[int]:
+    """`1,2,3`, or Replica objects (the TRACE line up to 2.3)."""
+    return [int(x) for x in REPLICA_ID.findall(text)] if "ReplicaId" in text else ids(text)
 
 
 class Proposal:
@@ -109,10 +119,10 @@ class ServerLogTap(Log4jTap):
 
     def _partition_line(self, key: tuple[str, int], broker: int, text: str, ts: int,
                         old: bool) -> list[dict]:
-        updated = UPDATED.match(text)
+        updated = UPDATED.match(text) or UPDATED_REPLICAS.match(text)
         if updated is not None:
             self.commits_logged = True
-            isr, out = ids(updated.group(1)), []
+            isr, out = committed_isr(updated.group(1)), []
             pending = self.proposals.get(key)
             if pending is not None and set(pending.isr) != set(isr):
                 out = self._settle(key)  # it commits something else (KRaft: docs/tap.md)
