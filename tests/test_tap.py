@@ -386,8 +386,13 @@ def test_the_trace_commit_line_of_0_9_to_2_3_prints_replica_objects():
         line(0, "Shrinking ISR for partition [orders,0] from 1,2,3 to 1,2"),
         line(3, "ISR updated to [ReplicaId: 1; Topic: orders; Partition: 0; isLocal: true; "
                 "Highwatermark: 490,ReplicaId: 2; Topic: orders; Partition: 0; isLocal: false] "
-                "and zkVersion updated to [11]")]))
-    assert [(e["isr"], e["partition_epoch"], e["ts"] - T0) for e in events] == [([1, 2], 11, 3)]
+                "and zkVersion updated to [11]"),  # 0.9.0.0 Replica.toString
+        line(9, "ISR updated to [Replica(replicaId=1, topic=orders, partition=0, isLocal=true, "
+                "lastCaughtUpTimeMs=1700000000000, highWatermark=490, lastStableOffset=490),"
+                "Replica(replicaId=3, topic=orders, partition=0, isLocal=false, "
+                "lastCaughtUpTimeMs=1700000000000)] and zkVersion updated to [12]")]))  # 2.1-2.3
+    assert [(e["isr"], e["partition_epoch"], e["ts"] - T0) for e in events] == [
+        ([1, 2], 11, 3), ([1, 3], 12, 9)]
     assert "Shrinking ISR" in events[0]["kafka_log"] and not tap.approximate
 
 

@@ -37,11 +37,12 @@ PARTITION = re.compile(r"^\[Partition (.+)-(\d+) broker=(\d+)\] (.*)$")         
 OLD_PARTITION = re.compile(r"^Partition \[(.+),(\d+)\] on broker (\d+): (.*)$")  # 0.9-0.11
 UPDATED = re.compile(r"^ISR updated (?:from AlterIsr )?to \[?([\d,]*)\]?\s*"
                      r"(?:\(under-min-isr\))?\s*and (?:zkVersion|version) updated to \[?(\d+)\]?")
-# 0.9-2.3 at TRACE: the ISR as Replica objects, `[ReplicaId: 1; Topic: t; ...,ReplicaId: 2; ...]`
-# (Replica.toString, 0.9.0.0 core/src/main/scala/kafka/cluster/Replica.scala l. 114).
-UPDATED_REPLICAS = re.compile(r"^ISR updated to \[(.*ReplicaId: .*)\] and zkVersion updated to "
-                              r"\[(\d+)\]")
-REPLICA_ID = re.compile(r"ReplicaId: (\d+)")
+# 0.9-2.3 at TRACE: the ISR as Replica objects (Replica.toString, core/src/main/scala/kafka/
+# cluster/Replica.scala): `[ReplicaId: 1; Topic: t; ...,ReplicaId: 2; ...]` to 2.0,
+# `[Replica(replicaId=1, topic=t, ...),Replica(replicaId=2, ...)]` 2.1-2.3.
+UPDATED_REPLICAS = re.compile(r"^ISR updated to \[(.*(?:ReplicaId: |replicaId=).*)\] and "
+                              r"zkVersion updated to \[(\d+)\]")
+REPLICA_ID = re.compile(r"(?:ReplicaId: |Replica\(replicaId=)(\d+)")
 PROPOSED = re.compile(r"^(Shrinking|Expanding) ISR (?:for partition \S+ )?"
                       r"from ([\d,]*) to ([\d,]*)")
 REFUSED_BY_ZK = re.compile(r"^Cached zkVersion \[?\d+\]? not equal to that in zookeeper, "
@@ -67,7 +68,8 @@ def ids(text: str) -> list[int]:
 
 def committed_isr(text: str) -> list[int]:
     """`1,2,3`, or Replica objects (the TRACE line up to 2.3)."""
-    return [int(x) for x in REPLICA_ID.findall(text)] if "ReplicaId" in text else ids(text)
+    replicas = REPLICA_ID.findall(text)
+    return [int(x) for x in replicas] if replicas else ids(text)
 
 
 class Proposal:
