@@ -375,6 +375,23 @@ def test_a_proposal_is_settled_by_the_partitions_next_line_or_five_seconds():
     assert tap.skipped[server_log.REFUSED] == 1
 
 
+def test_a_slow_commit_is_still_the_proposals():
+    """3.6+ (lastCaughtUpTimeMs): the commit line comes after the AlterPartition
+    round trip, however long it takes; other partitions' lines do not settle it."""
+    def line(ms, p, text):
+        return (f"[{stamp(T0 + ms)}] INFO [Partition orders-{p} broker=1] {text} "
+                "(kafka.cluster.Partition)\n")
+    tap = ServerLogTap()
+    events = list(events_of(tap, [
+        line(0, 0, "Shrinking ISR from 1,2,3 to 1,2. Leader: (highWatermark: 5, endOffset: 9). "
+                   "Out of sync replicas: (brokerId: 3, endOffset: 5, lastCaughtUpTimeMs: 1)."),
+        line(6000, 1, "Log loaded for partition orders-1 with initial high watermark 0"),
+        line(7000, 0, "ISR updated to 1,2  and version updated to 4")]))
+    assert [(e["isr"], e["ts"] - T0, "Shrinking" in e["kafka_log"]) for e in events] == [
+        ([1, 2], 7000, True)]
+    assert server_log.NO_COMMIT not in tap.skipped
+
+
 def test_the_trace_commit_line_of_0_9_to_2_3_prints_replica_objects():
     """With kafka.cluster.Partition at TRACE, 0.9-2.3 log the commit with the
     ISR's Replica objects (Replica.toString): it is the event, with its version."""

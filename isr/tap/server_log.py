@@ -50,7 +50,8 @@ REFUSED_BY_ZK = re.compile(r"^Cached zkVersion \[?\d+\]? not equal to that in zo
 REJECTED = re.compile(r"^Failed to alter partition to .* since the controller rejected the "
                       r"request with (\w+)")
 # A ZooKeeper write is synchronous: its outcome is logged within milliseconds.
-# A proposal still open this long after, by the log's own clock, is settled.
+# A proposal taken as the commit is written this long after, by the log's own
+# clock, if no line of its partition came before.
 SETTLE_MS = 5_000
 
 TAKEN_AS_COMMIT = "ISR changes taken from the proposal line (the commit line is TRACE before 2.4)"
@@ -149,10 +150,20 @@ class ServerLogTap(Log4jTap):
         return out
 
     def _settle_old(self, now: int) -> list[dict]:
+        """A proposal that is the commit is written once nothing refused it
+        for SETTLE_MS; one that waits for its commit line waits for it (an
+        AlterPartition round trip can take longer)."""
         out = []
-        for key in [k for k, p in self.proposals.items() if now - p.ts >= SETTLE_MS]:
+        for key in [k for k, p in self.proposals.items()
+                    if now - p.ts >= SETTLE_MS and not self._commit_logged(p)]:
             out += self._settle(key)
         return out
+
+    def _commit_logged(self, p: Proposal) -> bool:
+        """Whether this broker logs the commit of this proposal at INFO."""
+        if self.version is not None:
+            return self.version >= (2, 4)
+        return p.commit_logged if p.commit_logged is not None else self.commits_logged
 
     def _settle(self, key: tuple[str, int]) -> list[dict]:
         """A proposal nothing refused: the commit itself where the broker logs
@@ -160,11 +171,7 @@ class ServerLogTap(Log4jTap):
         p = self.proposals.pop(key, None)
         if p is None:
             return []
-        if self.version is not None:
-            logged = self.version >= (2, 4)
-        else:
-            logged = p.commit_logged if p.commit_logged is not None else self.commits_logged
-        if logged:
+        if self._commit_logged(p):
             return self.skip(NO_COMMIT)
         self.approximate[TAKEN_AS_COMMIT] += 1
         return [self._event(key, p.ts, p.leader, p.isr, None, p.text)]
