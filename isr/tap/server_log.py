@@ -18,10 +18,10 @@ the ISR, by version of core/src/main/scala/kafka/cluster/Partition.scala
   since the controller rejected the request with E` (3.3+).
 
 A commit line is the `isr` event. A proposal is held until the same
-partition's next line (or 5 s of log time, or the end) says what became of
-it: where the broker logs no commit line at INFO (before 2.4: its start
-banner says, or the wording) the proposal is the commit unless ZooKeeper
-refused it, and becomes the event. A proposal never vanishes: one that is
+partition's next line (or the end) says what became of it: where the broker
+logs no commit line at INFO (before 2.4: its start banner says, or the
+wording) the proposal is the commit unless ZooKeeper refused it, and becomes
+the event (at the latest 5 s of log time later). A proposal never vanishes: one that is
 not an event is counted in the summary with the reason (on KRaft a leader
 may learn its commit from the metadata log and log none: docs/tap.md).
 """
