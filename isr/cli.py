@@ -328,10 +328,21 @@ def _add_tap_parsers(sub) -> None:
     p.set_defaults(func=cmd_tap_metadata)
 
     p = kinds.add_parser("server-log", help="the ISR the cluster committed, from server.log",
-                         description="`ISR updated to …` lines of the leaders' server.log as isr "
-                                     "events (Kafka 2.x, 3.x and 4.x wording).")
+                         description="The ISR changes in the leaders' server.log as isr events "
+                                     "(Kafka 0.9 to 4.x wording, docs/tap.md).")
     common(p, "a broker's server.log, or - for stdin")
     p.set_defaults(func=cmd_tap_server_log)
+
+    p = kinds.add_parser("state-change", help="leaders and ISRs from state-change.log",
+                         description="A broker becoming leader and the controller's leader "
+                                     "and ISR changes in state-change.log as leader and isr "
+                                     "events (Kafka 0.9 to 4.x wording, docs/tap.md).")
+    common(p, "a broker's or the controller's state-change.log, or - for stdin")
+    p.add_argument("--replicas", metavar="DUMP|BOOTSTRAP",
+                   help="where a leader line's partition gets its replicas when no line gave them: "
+                        "a metadata dump file (kafka-dump-log --cluster-metadata-decoder) or "
+                        "bootstrap servers")
+    p.set_defaults(func=cmd_tap_state_change)
 
 
 def _topic_ids(where: Optional[str]):
@@ -373,6 +384,15 @@ def cmd_tap_server_log(args: argparse.Namespace) -> int:
     return _run_tap(args, ServerLogTap(args.cluster, _zone(args.timezone)))
 
 
+def cmd_tap_state_change(args: argparse.Namespace) -> int:
+    from isr.tap.state_change import StateChangeTap
+
+    from isr.tap.assignment import replicas_from
+
+    return _run_tap(args, StateChangeTap(args.cluster, _zone(args.timezone),
+                                         replicas_from(args.replicas)))
+
+
 def cmd_tap_metadata(args: argparse.Namespace) -> int:
     from isr.tap.metadata import MetadataLogTap, MetadataPoller
 
@@ -385,7 +405,8 @@ def cmd_tap_metadata(args: argparse.Namespace) -> int:
         return poll_metadata(MetadataPoller(args.cluster), args.poll, args.interval_s, args.polls,
                              args.to, lambda: _settings(args), Console(stderr=True), args.quiet)
     args.timezone = "UTC"
-    return _run_tap(args, MetadataLogTap(args.cluster))
+    # A finished dump is replayed in offset order; a followed one as it grows.
+    return _run_tap(args, MetadataLogTap(args.cluster, hold=not args.follow))
 
 
 def _zone(name: str) -> str:

@@ -18,15 +18,18 @@ from pathlib import Path
 import orjson
 import pytest
 from helpers import ROOT, cli
-from tapfixtures import (RESPONSE_MAX_BYTES, cluster_dump, completed, fetch_request,
-                         fetch_response, follower_outage)
+from tapfixtures import (RESPONSE_MAX_BYTES, SERVER_LOG_WORDINGS, STATE_CHANGE_VERSIONS,
+                         cluster_dump, completed, fetch_request, fetch_response, follower_outage,
+                         stamp)
 
 from isr.contract import Rejection, decode
+from isr.tap import metadata, server_log, state_change
 from isr.tap.command import events_of
 from isr.tap.lines import read_lines
 from isr.tap.metadata import MetadataLogTap, MetadataPoller
 from isr.tap.request_log import RequestLogTap, kafka_topic_id
-from isr.tap.server_log import ServerLogTap
+from isr.tap.server_log import ServerLogTap, proposal_numbers
+from isr.tap.state_change import StateChangeTap
 
 T0 = 1_700_000_000_000
 FIXTURES = ROOT / "tests" / "fixtures" / "tap"
@@ -170,7 +173,7 @@ def test_the_metadata_dump_gives_leaders_isr_and_broker_lifecycle():
     leaders = [(e["leader"], e["leader_epoch"]) for e in events if e["type"] == "leader"]
     assert leaders == [(1, 0), (2, 1), (1, 2), (2, 3), (1, 4)]  # a new leader bumps the epoch
     assert [e["partition_epoch"] for e in events if e["type"] == "isr"] == [0, 1, 2, 3, 4]
-    assert tap.skipped == {"not a metadata record line": 3}
+    assert tap.skipped == {}  # Dumping, Log starting offset and the batch line are understood
     more = [
         '| offset: 20 CreateTime: 1700000001000 keySize: -1 valueSize: 30 sequence: -1 '
         'headerKeys: [] payload: {"type":"PARTITION_CHANGE_RECORD","version":0,"data":'
@@ -194,11 +197,89 @@ def test_the_metadata_dump_gives_leaders_isr_and_broker_lifecycle():
     assert out == [("isr", [1, 2], 1000), ("broker", "controlled_shutdown", 2000),
                    ("broker", "fenced", 3000), ("broker", "unregistered", 4000)]
     assert tap.skipped["FEATURE_LEVEL_RECORD (not about partitions or brokers)"] == 1
-    assert tap.skipped["not a metadata record line"] == 4
+    assert tap.skipped["unreadable record payload"] == 1  # DumpLogSegments' parse error
     # A dump written again from the start (cron into a followed file) adds nothing.
     again = [e for line in (FIXTURES / "metadata.dump").read_text().splitlines(True) + more
              for e in tap.feed(line)]
-    assert again == [] and tap.skipped["record read before (a dump written again)"] == 17
+    assert again == [] and tap.skipped["record read before (a dump written again)"] == 18
+
+
+METADATA_DUMPS = ["metadata-3.7", "metadata-3.7-skip-record-metadata",
+                  "metadata-3.0-skip-record-metadata", "metadata-4.3-skip-record-metadata"]
+
+
+def metadata_events(name: str, hold: bool) -> tuple[list[dict], MetadataLogTap]:
+    tap = MetadataLogTap(hold=hold)
+    events = list(events_of(tap, (FIXTURES / f"{name}.dump").read_text().splitlines(True)))
+    valid(events)
+    return events, tap
+
+
+def partition_history(events) -> list[tuple]:
+    return [(e["type"], e["isr"], e["leader"], e["leader_epoch"], e["ts"] - T0)
+            for e in events if e["type"] != "broker"]
+
+
+CLUSTER_HISTORY = [("leader", [1, 2, 3], 1, 0, -3000), ("isr", [1, 2, 3], 1, 0, -3000),
+                   ("isr", [1, 2], 1, 0, 40000), ("isr", [1, 2, 3], 1, 0, 50000),
+                   ("leader", [1, 2, 3], 2, 1, 50000), ("isr", [1, 2, 3], 2, 1, 50000)]
+
+
+@pytest.mark.parametrize("name", METADATA_DUMPS)
+@pytest.mark.parametrize("hold", [False, True])
+def test_metadata_dumps_with_and_without_record_metadata_give_the_same_events(name, hold):
+    """--skip-record-metadata prints ` payload: {..}` (Scala, 3.x-4.2) or
+    `| payload: {..}` (Java, 4.3+) without offset or time: both come from the
+    batch line (baseOffset counted on; the batch's CreateTime, every KRaft
+    record's time)."""
+    events, tap = metadata_events(name, hold)
+    reference, _ = metadata_events("metadata-3.7", False)
+    assert events == reference
+    assert partition_history(events) == CLUSTER_HISTORY
+    assert [e["partition_epoch"] for e in events if e["type"] == "isr"] == [0, 1, 2, 3]
+    assert sum(e["type"] == "broker" for e in events) == 9
+    assert tap.skipped == {} and tap.approximate == {}
+
+
+def test_segments_dumped_out_of_order_are_replayed_in_offset_order():
+    """A finished dump (`isr tap metadata PATH`) is applied in offset order
+    whatever order its segments came in; a followed one (-F) as it is read,
+    each out-of-order record counted."""
+    events, tap = metadata_events("metadata-segments-out-of-order", hold=True)
+    assert partition_history(events) == CLUSTER_HISTORY
+    assert tap.skipped == {} and tap.approximate == {}
+    _, tap = metadata_events("metadata-segments-out-of-order", hold=False)
+    assert tap.approximate == {metadata.OUT_OF_ORDER: 8}
+    assert tap.skipped == {"change of a partition the dump did not create": 3}
+
+
+def test_tap_metadata_replays_a_finished_dump_in_offset_order(tmp_path):
+    out = tmp_path / "metadata.jsonl"
+    r = cli("tap", "metadata", str(FIXTURES / "metadata-segments-out-of-order.dump"),
+            "--to", str(out))
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(x) for x in out.read_text().splitlines()]
+    assert partition_history(events) == CLUSTER_HISTORY
+    assert "skipped" not in r.stderr and "approximate" not in r.stderr
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_a_snapshot_then_the_log_applies_each_change_once(hold):
+    """A snapshot at end offset 10 holds the state after offsets 0-9 (its
+    records numbered from 0, timed by its header's lastContainedLogTimestamp);
+    the log's records below 10 are in it already, those from 10 apply."""
+    events, tap = metadata_events("metadata-snapshot-then-log", hold)
+    assert partition_history(events) == [
+        ("leader", [1, 2], 1, 0, 40000), ("isr", [1, 2], 1, 0, 40000),
+        ("isr", [1, 2, 3], 1, 0, 50000), ("leader", [1, 2, 3], 2, 1, 50000),
+        ("isr", [1, 2, 3], 2, 1, 50000)]
+    assert tap.skipped == {metadata.IN_SNAPSHOT: 9}
+    # The same snapshot again (a dump written again) is older than what was applied.
+    again = [e for line in (FIXTURES / "metadata-snapshot-then-log.dump").read_text()
+             .splitlines(True) for e in tap.feed(line)] + tap.finish()
+    assert again == []
+    assert tap.skipped == {metadata.OLD_SNAPSHOT: 8, metadata.IN_SNAPSHOT: 18,
+                           metadata.READ_BEFORE: 2}
 
 
 def test_polled_metadata_gives_what_changed_between_polls():
@@ -221,21 +302,247 @@ def test_polled_metadata_gives_what_changed_between_polls():
 
 
 # ------------------------------------------------------------ server.log
-@pytest.mark.parametrize("version", ["2.7", "2.8", "3.x-4.x"])
+# Per version: the events (topic, partition, isr, partition_epoch, +ms) and what
+# became of the proposals nothing committed (tests/fixtures/tap/README.md).
+TRACE_ERA = ([("orders", 0, [1, 2], None, 40000), ("orders", 0, [1, 2, 3], None, 50002),
+              ("audit", 2, [1], None, 70000)],
+             {server_log.REFUSED: 1}, {server_log.TAKEN_AS_COMMIT: 3})
+COMMITS = [("orders", 0, [1, 2], 11, 40004), ("orders", 0, [1, 2, 3], 12, 50006)]
+SERVER_LOG_OUTCOMES = {
+    **{v: TRACE_ERA for v in ("0.9", "0.10.2", "0.11", "1.0", "2.2")},
+    "2.4": (COMMITS, {server_log.REFUSED: 1, server_log.NO_COMMIT: 1}, {}),
+    **{v: (COMMITS, {server_log.NO_COMMIT: 2}, {}) for v in ("2.7", "2.8", "3.0", "3.1")},
+    **{v: (COMMITS, {server_log.CONTROLLER_REJECTED: 1, server_log.NO_COMMIT: 1}, {})
+       for v in ("3.3", "3.5", "3.6")},
+}
+
+
+@pytest.mark.parametrize("version", sorted(SERVER_LOG_WORDINGS))
 def test_server_log_isr_lines_of_each_version(version):
+    """Every Kafka version's wording: a commit line is the event; before 2.4
+    (no INFO commit line) the proposal is, unless ZooKeeper refused it; every
+    other proposal is counted, none vanishes at the end of the input."""
     tap = ServerLogTap("prod")
     events = list(events_of(tap, (FIXTURES / f"server-{version}.log").read_text()
                             .splitlines(True)))
     valid(events)
-    got = [(e["topic"], e["partition"], e["leader"], e["isr"], e["partition_epoch"], e["ts"] - T0)
+    got = [(e["topic"], e["partition"], e["isr"], e.get("partition_epoch"), e["ts"] - T0)
            for e in events]
-    expected = [("orders", 0, 1, [1, 2], 11, 40004), ("orders", 0, 1, [1, 2, 3], 12, 50006)]
-    if version == "3.x-4.x":
-        expected.append(("audit.log-v2", 1, 1, [1], 3, 70000))
+    expected, skipped, approximate = SERVER_LOG_OUTCOMES[version]
     assert got == expected
-    assert "lastCaughtUpTimeMs: 1700000009802" in events[0]["kafka_log"]
-    assert tap.skipped["a partition line about something else"] == 1
-    assert tap.skipped["not a partition line"] == 1
+    assert {e["leader"] for e in events} == {1}
+    assert dict(tap.skipped) == {**skipped, "not a partition line": 1}
+    assert dict(tap.approximate) == approximate
+    assert not tap.proposals  # all settled at the end
+    shrink = proposal_numbers(events[0]["kafka_log"])
+    if version not in ("0.9", "0.10.2", "0.11", "1.0"):  # 2.2+: the leader's numbers
+        assert (shrink["hw"], shrink["leader_leo"]) == (490, 2000)
+        assert shrink["out_of_sync"][3]["leo"] == 490
+        with_time = version == "3.6"
+        assert shrink["out_of_sync"][3]["last_caught_up_ts"] == (1700000009802 if with_time
+                                                                 else None)
+        assert list(shrink["replicas"]) == ([3] if with_time else [])
+    else:
+        assert shrink == {"out_of_sync": {}, "replicas": {}}
+
+
+def test_out_of_sync_replicas_kafka_could_not_describe():
+    """3.0+: a replica the leader no longer knows prints `unknown`."""
+    text = ("Shrinking ISR from 1,2,3 to 1,3. Leader: (highWatermark: 490, endOffset: 2000). "
+            "Out of sync replicas: (brokerId: 2, endOffset: unknown, lastCaughtUpTimeMs: "
+            "unknown) (brokerId: 4, endOffset: 12, lastCaughtUpTimeMs: 34).")
+    assert proposal_numbers(text) == {
+        "hw": 490, "leader_leo": 2000,
+        "out_of_sync": {2: {"leo": None, "last_caught_up_ts": None},
+                        4: {"leo": 12, "last_caught_up_ts": 34}},
+        "replicas": {4: {"leo": 12, "last_caught_up_ts": 34}}}
+
+
+def test_a_proposal_is_settled_by_the_partitions_next_line_or_five_seconds():
+    """1.0-2.3 at INFO: the proposal is the commit, written once the partition's
+    next line (or 5 s of log time) shows ZooKeeper did not refuse it."""
+    def line(ms, p, text):
+        return (f"[{stamp(T0 + ms)}] INFO [Partition orders-{p} broker=1] {text} "
+                "(kafka.cluster.Partition)\n")
+    tap = ServerLogTap()
+    assert tap.feed(line(0, 0, "Shrinking ISR from 1,2,3 to 1,2")) == []
+    assert tap.feed(line(1, 1, "Shrinking ISR from 1,2,3 to 1,3")) == []
+    assert tap.feed(line(2, 1, "Cached zkVersion [4] not equal to that in zookeeper, "
+                               "skip updating ISR")) == []
+    assert tap.feed(line(3000, 1, "Expanding ISR from 1,3 to 1,3,2")) == []
+    assert [e["isr"] for e in tap.feed(line(5000, 2, "something else"))] == [[1, 2]]
+    assert [e["isr"] for e in tap.finish()] == [[1, 3, 2]]
+    assert tap.skipped[server_log.REFUSED] == 1
+
+
+def test_a_slow_commit_is_still_the_proposals():
+    """3.6+ (lastCaughtUpTimeMs): the commit line comes after the AlterPartition
+    round trip, however long it takes; other partitions' lines do not settle it."""
+    def line(ms, p, text):
+        return (f"[{stamp(T0 + ms)}] INFO [Partition orders-{p} broker=1] {text} "
+                "(kafka.cluster.Partition)\n")
+    tap = ServerLogTap()
+    events = list(events_of(tap, [
+        line(0, 0, "Shrinking ISR from 1,2,3 to 1,2. Leader: (highWatermark: 5, endOffset: 9). "
+                   "Out of sync replicas: (brokerId: 3, endOffset: 5, lastCaughtUpTimeMs: 1)."),
+        line(6000, 1, "Log loaded for partition orders-1 with initial high watermark 0"),
+        line(7000, 0, "ISR updated to 1,2  and version updated to 4")]))
+    assert [(e["isr"], e["ts"] - T0, "Shrinking" in e["kafka_log"]) for e in events] == [
+        ([1, 2], 7000, True)]
+    assert server_log.NO_COMMIT not in tap.skipped
+
+
+def test_the_trace_commit_line_of_0_9_to_2_3_prints_replica_objects():
+    """With kafka.cluster.Partition at TRACE, 0.9-2.3 log the commit with the
+    ISR's Replica objects (Replica.toString): it is the event, with its version."""
+    def line(ms, text):
+        return (f"[{stamp(T0 + ms)}] {'TRACE' if 'updated' in text else 'INFO'} Partition "
+                f"[orders,0] on broker 1: {text} (kafka.cluster.Partition)\n")
+    tap = ServerLogTap()
+    events = list(events_of(tap, [
+        line(0, "Shrinking ISR for partition [orders,0] from 1,2,3 to 1,2"),
+        line(3, "ISR updated to [ReplicaId: 1; Topic: orders; Partition: 0; isLocal: true; "
+                "Highwatermark: 490,ReplicaId: 2; Topic: orders; Partition: 0; isLocal: false] "
+                "and zkVersion updated to [11]"),  # 0.9.0.0 Replica.toString
+        line(9, "ISR updated to [Replica(replicaId=1, topic=orders, partition=0, isLocal=true, "
+                "lastCaughtUpTimeMs=1700000000000, highWatermark=490, lastStableOffset=490),"
+                "Replica(replicaId=3, topic=orders, partition=0, isLocal=false, "
+                "lastCaughtUpTimeMs=1700000000000)] and zkVersion updated to [12]")]))  # 2.1-2.3
+    assert [(e["isr"], e["partition_epoch"], e["ts"] - T0) for e in events] == [
+        ([1, 2], 11, 3), ([1, 3], 12, 9)]
+    assert "Shrinking ISR" in events[0]["kafka_log"] and not tap.approximate
+
+
+@pytest.mark.parametrize("banner,taken", [("Kafka version : 2.3.1", True),
+                                           ("Kafka version: 3.4.0", False), (None, True)])
+def test_the_brokers_start_banner_says_whether_a_proposal_is_the_commit(banner, taken):
+    """`Shrinking ISR ... Leader: (...)` without lastCaughtUpTimeMs is 2.2 to
+    3.5: the banner (AppInfoParser, at every start) tells whether the commit
+    line is TRACE (up to 2.3) or INFO; without it, no commit line seen yet
+    means the proposal is taken."""
+    lines = [] if banner is None else [
+        f"[{stamp(T0)}] INFO {banner} (org.apache.kafka.common.utils.AppInfoParser)\n"]
+    lines.append(f"[{stamp(T0 + 1)}] INFO [Partition orders-0 broker=1] Shrinking ISR from 1,2,3 "
+                 "to 1,2. Leader: (highWatermark: 5, endOffset: 9). Out of sync replicas: "
+                 "(brokerId: 3, endOffset: 5). (kafka.cluster.Partition)\n")
+    tap = ServerLogTap()
+    events = list(events_of(tap, lines))
+    assert [e["isr"] for e in events] == ([[1, 2]] if taken else [])
+    assert tap.skipped.get(server_log.NO_COMMIT, 0) == (0 if taken else 1)
+
+
+# ------------------------------------------------------------ state-change.log
+# (type, leader, leader_epoch, isr, leader_epoch_start_offset, partition_epoch, +ms)
+_ZK_OLD = [("leader", 1, 0, [1, 2, 3], 0, None, 10), ("isr", 1, 0, [1, 2, 3], None, None, 10),
+           ("leader", 1, 0, [1, 2, 3], 0, None, 20), ("isr", 1, 0, [1, 2, 3], None, 0, 20),
+           ("leader", 2, 1, [2], 0, None, 30010), ("isr", 2, 1, [2], None, None, 30010)]
+_ZK_TRACE = [("isr", 1, 0, [1, 2, 3], None, 0, 10), ("leader", 1, 0, [1, 2, 3], 0, None, 11),
+             ("isr", 1, 0, [1, 2, 3], None, 0, 11), ("leader", 1, 0, [1, 2, 3], 0, None, 12),
+             ("isr", 1, 0, [1, 2, 3], None, 0, 12), ("isr", 2, 1, [2], None, 2, 30000),
+             ("leader", 2, 1, [2], 0, None, 30010), ("isr", 2, 1, [2], None, 2, 30010)]
+_ZK_INFO = [("isr", 1, 0, [1, 2, 3], None, 0, 10), ("isr", 1, 0, [1, 2], None, None, 20000),
+            ("isr", 2, 1, [2], None, 2, 30000), ("leader", 2, 1, [2], 2000, None, 30020),
+            ("isr", 2, 1, [2], None, None, 30020)]
+_ZK_33 = _ZK_INFO[:1] + [("isr", 1, 0, [1, 2], None, 1, 20000)] + _ZK_INFO[2:4] + [
+    ("isr", 2, 1, [2], None, 2, 30020), ("isr", 2, 1, [2, 3], None, 3, 40000)]
+_KRAFT = [("isr", 2, 1, [2], None, 2, 30020), ("isr", 2, 1, [2, 3], None, 3, 40000)]
+STATE_CHANGE_OUTCOMES = {
+    "0.9": _ZK_OLD[:3] + [("isr", 1, 0, [1, 2, 3], None, None, 20)] + _ZK_OLD[4:],  # no version
+    "0.10": _ZK_OLD,
+    "1.1": _ZK_TRACE, "2.4": _ZK_TRACE, "2.6": _ZK_INFO, "3.3": _ZK_33, "3.5": _ZK_33,
+    "3.7": _ZK_33,
+    "4.0": _KRAFT, "4.2": _KRAFT,
+}
+
+
+@pytest.mark.parametrize("version", STATE_CHANGE_VERSIONS)
+def test_state_change_lines_of_each_version(version):
+    """A broker becoming leader is a leader event with the epoch's start
+    offset and HW (2.6+); the controller's LeaderAndIsr requests (TRACE, on by
+    default before 2.6) are leader events; its elections and ISR removals,
+    and a leader's new ISR without a new epoch (3.3+), are isr events."""
+    tap = StateChangeTap("prod")
+    events = list(events_of(tap, (FIXTURES / f"state-change-{version}.log").read_text()
+                            .splitlines(True)))
+    valid(events)
+    got = [(e["type"], e["leader"], e["leader_epoch"], e["isr"],
+            e.get("leader_epoch_start_offset"), e.get("partition_epoch"), e["ts"] - T0)
+           for e in events]
+    assert got == STATE_CHANGE_OUTCOMES[version]
+    assert {(e["topic"], e["partition"]) for e in events} == {("orders", 0)}
+    leaders = [e for e in events if e["type"] == "leader"]
+    assert all(e["replicas"] == [1, 2, 3] for e in leaders)
+    if version >= "2.6" and version < "4":
+        assert [e.get("hw") for e in leaders] == [1990]
+    skipped = {"not a leader or ISR line": 1}
+    if version in ("0.9", "0.10", "1.1", "2.4"):
+        skipped["LeaderAndIsr request to a follower"] = 1
+    assert dict(tap.skipped) == skipped
+    # KRaft brokers never log the assignment: their leader line is an isr event.
+    assert dict(tap.approximate) == ({state_change.WITHOUT_REPLICAS: 1} if version >= "4"
+                                     else {})
+
+
+def test_tap_state_change_command(tmp_path):
+    out = tmp_path / "state.jsonl"
+    r = cli("tap", "state-change", str(FIXTURES / "state-change-4.2.log"), "--to", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "3 lines read, 2 events written" in r.stderr
+    assert state_change.WITHOUT_REPLICAS in r.stderr
+    assert [json.loads(x)["isr"] for x in out.read_text().splitlines()] == [[2], [2, 3]]
+
+
+def test_a_kraft_broker_learns_the_replicas_from_a_state_it_skipped():
+    """4.4.0's wording (tests/data/real-kafka/4.4.0): a follower's skipped
+    state shows the partition registration; when the broker later leads the
+    partition its leader line is a leader event with the epoch's start."""
+    def line(ms, text):
+        return f"[{stamp(T0 + ms)}] INFO [Broker id=1] {text} (state.change.logger)\n"
+    follower = line(0, (
+        "Skipped the become-follower state change for orders-1 with topic id "
+        "Some(ajTRq1KmSLSTgCjn_TZn7g), partition registration PartitionRegistration("
+        "replicas=[2, 3, 1], directories=[YpGEKKe1RIZlSY3bxU_A-w, zzvLRxCc8ZFDysPp4wFTeQ, "
+        "JnBIEJCkysLoXbDnUFbzHw], isr=[1, 2], removingReplicas=[], addingReplicas=[], "
+        "elr=[], lastKnownElr=[], leader=2, leaderRecoveryState=RECOVERED, leaderEpoch=0, "
+        "partitionEpoch=1) and isNew=false since it is already a follower with leader "
+        "epoch 0."))
+    leader = line(5000, (
+        "Leader orders-1 with topic id Some(ajTRq1KmSLSTgCjn_TZn7g) starts at leader "
+        "epoch 1 from offset 57 with partition epoch 3, high watermark 50, ISR [1,3], "
+        "adding replicas [] and removing replicas [] . Previous leader Some(2) and "
+        "previous leader epoch was 0."))
+    tap = StateChangeTap()
+    events = list(events_of(tap, [follower, leader]))
+    valid(events)
+    assert [(e["type"], e.get("replicas"), e.get("leader_epoch_start_offset"), e.get("hw"))
+            for e in events] == [("leader", [2, 3, 1], 57, 50), ("isr", None, None, None)]
+    assert events[0]["leader"] == 1 and events[1]["partition_epoch"] == 3
+    assert tap.skipped == {"a follower's partition state": 1} and not tap.approximate
+
+
+def test_replicas_that_are_neither_a_file_nor_a_cluster_are_one_line(tmp_path):
+    r = cli("tap", "state-change", str(FIXTURES / "state-change-2.6.log"),
+            "--replicas", str(tmp_path / "missing.dump"), "--to", "-")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+    assert "--replicas" in r.stderr and "no such file" in r.stderr
+
+
+def test_partition_states_as_each_class_prints_them():
+    cases = {
+        "(Leader:1,ISR:1,2,LeaderEpoch:5,ControllerEpoch:3)": (1, 5, [1, 2], None, None),
+        "(LeaderAndIsrInfo:(Leader:1,ISR:1,2,LeaderEpoch:5,ControllerEpoch:3),"
+        "ReplicationFactor:3),AllReplicas:1,2,3)": (1, 5, [1, 2], [1, 2, 3], None),
+        "LeaderAndIsr(leader=-1, leaderEpoch=6, isr=List(2), zkVersion=9)": (-1, 6, [2], None, 9),
+        "LeaderAndIsr(leader=2, leaderEpoch=6, isrWithBrokerEpoch=List(BrokerState(brokerId=2, "
+        "brokerEpoch=-1), BrokerState(brokerId=3, brokerEpoch=7)), leaderRecoveryState="
+        "RECOVERED, partitionEpoch=9)": (2, 6, [2, 3], None, 9),
+        "PartitionState(controllerEpoch=3, leader=1, leaderEpoch=5, isr=1,2, zkVersion=7, "
+        "replicas=1,2,3, isNew=false)": (1, 5, [1, 2], [1, 2, 3], 7),
+    }
+    for text, want in cases.items():
+        got = state_change.partition_state(text)
+        assert tuple(got.get(k) for k in ("leader", "leader_epoch", "isr", "replicas",
+                                          "version")) == want, text
 
 
 # ------------------------------------------------------------ tap + replay + verify

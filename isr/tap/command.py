@@ -1,4 +1,4 @@
-"""`isr tap request-log|metadata|server-log`: run a tap over its source and
+"""`isr tap request-log|metadata|server-log|state-change`: run a tap over its source and
 write the events to Kafka (keyed `topic/partition`, idempotent producer) or
 to JSON lines; a progress line on a terminal and a final count."""
 
