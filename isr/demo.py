@@ -158,6 +158,8 @@ def _show_changes(query, settings: Settings, bootstrap: str, duration: Optional[
                   stop: threading.Event, stages: Stages, due: str) -> int:
     from confluent_kafka import Consumer
 
+    from isr.stream.running import _failed
+
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "isr-demo",
                          "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
                          "log_level": 3})
@@ -166,9 +168,8 @@ def _show_changes(query, settings: Settings, bootstrap: str, duration: Optional[
     shown = 0
     try:
         while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-            if query.exception() is not None:
-                stages.print(f"[red]the job failed:[/] {query.exception()}")
-                return 1
+            if query.exception() is not None:  # one line, the report in a file
+                return _failed(query.exception(), "isr: demo")
             if stages.done < STAGES and _batch_started(query):
                 stages.stage("first batch: the job is reading the events so far; the first "
                              f"ISR change is due from about {due}")

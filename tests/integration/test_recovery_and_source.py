@@ -207,6 +207,7 @@ def test_demo_shows_its_stages_then_isr_changes_without_spark_warnings():
     assert all(ln.split(" s ", 1)[1].startswith(name) for ln, name in zip(stages, names)), out
     assert any(" shrink " in ln and "replica 3: lag" in ln for ln in seen if change.match(ln)), out
     assert not [ln for ln in seen if " WARN " in ln or "%4|" in ln or "%6|" in ln], out
+    assert "log4j profile" not in out and "Setting default log level" not in out, out
     assert re.search(r"stopping \([1-9]\d* ISR changes shown\)", out), out
     assert stop_s < 60, f"Ctrl-C took {stop_s:.0f} s"
 
