@@ -71,8 +71,21 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if os.environ.get("ISR_SPARK_LOG_LEVEL"):  # else spark-log4j2.properties' levels
-        spark.sparkContext.setLogLevel(os.environ["ISR_SPARK_LOG_LEVEL"])
+        set_log_level(spark, os.environ["ISR_SPARK_LOG_LEVEL"])
     return spark
+
+
+def set_log_level(spark, level: str) -> None:
+    """One level for every logger: sc.setLogLevel alone sets the root's and
+    would leave the loggers spark-log4j2.properties names at theirs (INFO
+    for debugging would show nothing of Spark's)."""
+    spark.sparkContext.setLogLevel(level)
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setAllLevels(
+            "", jvm.org.apache.logging.log4j.Level.toLevel(level))  # "": the root and below
+    except Exception:  # noqa: BLE001 - another logging backend: the root's level is set
+        pass
 
 
 def source_options(settings: Settings) -> dict[str, str]:
