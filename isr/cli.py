@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "streaming job, and show ISR changes as the job writes them. "
                                    "Ctrl-C stops everything.")
     p.add_argument("--duration", type=float, metavar="SECONDS",
-                   help="stop after this long (default: until Ctrl-C)")
+                   help="stop this long after Spark has started (default: until Ctrl-C)")
     p.add_argument("--broker-port", type=int, metavar="PORT",
                    help="the embedded broker's port (default: a free one); the metrics "
                         "endpoint's is metrics.port")
