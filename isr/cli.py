@@ -111,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from isr.demo import run_demo
 
-    return run_demo(args.config, args.set or [], args.duration, Console())
+    return run_demo(args.config, args.set or [], args.duration, Console(), args.broker_port)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -225,7 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "streaming job, and show ISR changes as the job writes them. "
                                    "Ctrl-C stops everything.")
     p.add_argument("--duration", type=float, metavar="SECONDS",
-                   help="stop after this long (default: until Ctrl-C)")
+                   help="stop this long after Spark has started (default: until Ctrl-C)")
+    p.add_argument("--broker-port", type=int, metavar="PORT",
+                   help="the embedded broker's port (default: a free one); the metrics "
+                        "endpoint's is metrics.port")
     _add_config_options(p)
     p.set_defaults(func=cmd_demo)
 

@@ -5,8 +5,11 @@ everything it started."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
+import socket
+import sys
 import tempfile
 import threading
 import time
@@ -14,7 +17,7 @@ from typing import Optional
 
 from rich.console import Console
 
-from isr.config import Settings, load_settings
+from isr.config import ConfigError, Settings, load_settings
 from isr.sim.command import feed_live
 from isr.sim.scenario import load_scenario
 
@@ -27,70 +30,160 @@ DEMO_OVERRIDES = [
 ]
 
 
-def _show(console: Console, record: dict) -> None:
-    t = time.strftime("%H:%M:%S", time.localtime(record["ts"] / 1000))
+STAGES = 4  # broker up, topics created, Spark started, first batch
+
+
+def change_line(record: dict) -> str:
+    """One `isr_change` as the demo's live line (rich markup). The time has
+    milliseconds: a shrink and its expand often fall in the same second."""
+    ts = record["ts"]
+    t = time.strftime("%H:%M:%S", time.localtime(ts / 1000)) + f".{ts % 1000:03d}"
     colour = "red" if record["action"] == "shrink" else "green"
-    console.print(
-        f"{t} [bold {colour}]{record['action']:6}[/] {record['topic']}-{record['partition']} "
-        f"replicas {record['replicas']} ISR {record['isr_before']} -> {record['isr_after']} "
-        f"hw {record['hw']} [dim]({record['cause']}: {record['reason']})[/]", highlight=False,
-        soft_wrap=True)  # one line per change, also when piped
+    return (f"{t} [bold {colour}]{record['action']:6}[/] {record['topic']}-{record['partition']} "
+            f"replicas {record['replicas']} ISR {record['isr_before']} -> {record['isr_after']} "
+            f"hw {record['hw']} [dim]({record['cause']}: {record['reason']})[/]")
+
+
+class Stages:
+    """The progress lines printed until the first ISR change, numbered and
+    timed from the command's start, so the wait for Spark is not silence."""
+
+    def __init__(self, console: Console) -> None:
+        self.console, self.started, self.done = console, time.monotonic(), 0
+
+    def print(self, text: str) -> None:
+        self.console.print(text, highlight=False, soft_wrap=True)  # one line, also when piped
+
+    def stage(self, text: str) -> None:
+        self.done += 1
+        self.print(f"[bold][{self.done}/{STAGES}][/] +{time.monotonic() - self.started:.1f} s "
+                   f"{text}")
+
+
+class FirstFault:
+    """The scenario's first fault as the demo announces it: what happens and
+    the wall-clock time from which it can show as an ISR change (when it has
+    lasted the lag limit; the next isr-expiration check may come a little later)."""
+
+    def __init__(self, scenario, start_s: float, lag_ms: int) -> None:
+        fault = scenario.faults[0]
+        every = f" every {fault.repeat_every_ms / 1000:g} s" if fault.repeat_every_ms else ""
+        self.what = (f"broker {fault.broker} pauses {fault.duration_ms / 1000:g} s{every} from "
+                     f"+{fault.at_ms / 1000:g} s, longer than the {lag_ms / 1000:g} s lag limit")
+        self.due = time.strftime("%H:%M:%S",
+                                 time.localtime(start_s + (fault.at_ms + lag_ms) / 1000))
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        # As the broker will (tokio sets it): connections of a previous run in
+        # TIME_WAIT do not make the port busy.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _batch_started(query) -> bool:
+    """Whether the query's first micro-batch with input has begun: its
+    offsets show data (the batch then takes seconds, more with a backlog)."""
+    return bool(query.status.get("isDataAvailable")) or bool(query.recentProgress)
 
 
 def run_demo(config: Optional[str], overrides: list[str], duration: Optional[float],
-             console: Console) -> int:
-    from confluent_kafka import Consumer, Producer
+             console: Console, broker_port: Optional[int] = None) -> int:
+    from isr.kafka.embedded import EmbeddedBroker, EmbeddedBrokerError, tansu_binary
 
-    from isr.kafka.embedded import EmbeddedBroker
-    from isr.stream.job import run_to_kafka
-
+    try:  # before anything starts: the broker comes from an optional extra
+        tansu_binary()
+    except EmbeddedBrokerError as exc:
+        raise ConfigError(f"demo: {exc}") from None
+    if broker_port is not None and not _port_free(broker_port):
+        raise ConfigError(f"demo: --broker-port {broker_port}: already in use")
+    load_settings(config, DEMO_OVERRIDES + list(overrides))  # a mistake stops us before any start
     os.environ.setdefault("ISR_SPARK_LOG_LEVEL", "ERROR")  # keep the terminal readable
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    checkpoint = tempfile.mkdtemp(prefix="isr-demo-")
-    with EmbeddedBroker() as broker:
-        settings: Settings = load_settings(config, DEMO_OVERRIDES + list(overrides) + [
-            f"kafka.bootstrap_servers={broker.bootstrap}",
-            f"stream.checkpoint_location={checkpoint}"])
-        topic = settings.input.topics[0]
-        broker.create_topics([topic], 2)
-        console.print(f"[bold]embedded broker[/] at {broker.bootstrap} (Tansu); "
-                      f"events -> [cyan]{topic}[/], decisions <- "
-                      f"[cyan]{settings.output.changes_topic}[/]")
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20,
-                             "log_level": 0})
-        scenario = load_scenario("demo")
-        gen = threading.Thread(target=feed_live, daemon=True,
-                               args=(scenario, producer, topic, stop.is_set))
-        gen.start()
-        console.print("starting the Spark job (15-30 s)... broker 3 pauses 14 s every 40 s; "
-                      "Ctrl-C stops everything")
-        query = run_to_kafka(settings, master=settings.stream.master)
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "isr-demo",
-                             "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
-                             "log_level": 3})
-        consumer.subscribe([settings.output.changes_topic])
-        deadline = time.monotonic() + duration if duration else None
-        shown = 0
-        try:
-            while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-                if query.exception() is not None:
-                    console.print(f"[red]the job failed:[/] {query.exception()}")
-                    return 1
-                msg = consumer.poll(0.5)
-                if msg is None or msg.error():
-                    continue
-                record = json.loads(msg.value())
-                if record.get("type") == "isr_change":
-                    _show(console, record)
-                    shown += 1
-        finally:
-            stop.set()
-            console.print(f"stopping ({shown} ISR changes shown)...")
-            consumer.close()
-            query.stop()
-            producer.flush(5)
-            gen.join(timeout=5)
-    return 0 if shown or not duration else 3
+    stages = Stages(console)
+    try:
+        with EmbeddedBroker(port=broker_port) as broker:
+            stages.stage(f"broker up at {broker.bootstrap} (embedded Tansu)")
+            return _with_broker(broker, config, overrides, duration, stages)
+    except EmbeddedBrokerError as exc:
+        print(f"isr: demo: {exc}", file=sys.stderr)
+        return 1
 
+
+def _with_broker(broker, config: Optional[str], overrides: list[str], duration: Optional[float],
+                 stages: Stages) -> int:
+    from confluent_kafka import Producer
+
+    from isr.stream.job import run_to_kafka, spark_session
+    from isr.stream.running import quiet_failures
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    settings: Settings = load_settings(config, DEMO_OVERRIDES + list(overrides) + [
+        f"kafka.bootstrap_servers={broker.bootstrap}",
+        f"stream.checkpoint_location={tempfile.mkdtemp(prefix='isr-demo-')}"])
+    topic = settings.input.topics[0]
+    broker.create_topics([topic], 2)
+    scenario = load_scenario("demo")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20,
+                         "log_level": 0})
+    # The scenario starts at the next whole second (sim.command.starting_now).
+    fault = FirstFault(scenario, math.ceil(time.time()), settings.monitor.replica_lag_time_max_ms)
+    gen = threading.Thread(target=feed_live, daemon=True,
+                           args=(scenario, producer, topic, stop.is_set))
+    gen.start()
+    stages.stage(f"topics created: the simulator writes scenario `demo` to [cyan]{topic}[/]; "
+                 f"{fault.what}")
+    stages.print("starting Spark (15-30 s, more on a busy machine)... Ctrl-C stops everything")
+    try:
+        spark = spark_session(settings, settings.stream.master)
+        quiet_failures(spark)
+        signal.signal(signal.SIGINT, lambda *_: stop.set())  # after Spark's own handler
+        stages.stage(f"Spark started ({settings.stream.master}); the job reads [cyan]{topic}[/] "
+                     f"and writes decisions to [cyan]{settings.output.changes_topic}[/]")
+        query = run_to_kafka(settings, spark=spark)
+        return _show_changes(query, settings, broker.bootstrap, duration, stop, stages,
+                             fault.due)
+    finally:
+        stop.set()
+        producer.flush(5)
+        gen.join(timeout=5)
+
+
+def _show_changes(query, settings: Settings, bootstrap: str, duration: Optional[float],
+                  stop: threading.Event, stages: Stages, due: str) -> int:
+    from confluent_kafka import Consumer
+
+    from isr.stream.running import _failed
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "isr-demo",
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                         "log_level": 3})
+    consumer.subscribe([settings.output.changes_topic])
+    deadline = time.monotonic() + duration if duration else None
+    shown = 0
+    try:
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            if query.exception() is not None:  # one line, the report in a file
+                return _failed(query.exception(), "isr: demo")
+            if stages.done < STAGES and _batch_started(query):
+                stages.stage("first batch: the job is reading the events so far; the first "
+                             f"ISR change is due from about {due}")
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            record = json.loads(msg.value())
+            if record.get("type") == "isr_change":
+                if stages.done < STAGES:  # it came and went between two looks
+                    stages.stage("first batch done")
+                stages.print(change_line(record))
+                shown += 1
+    finally:
+        stages.print(f"stopping ({shown} ISR changes shown)...")
+        consumer.close()
+        query.stop()
+    return 0 if shown or not duration else 3

@@ -205,6 +205,17 @@ def write_report(whatif: WhatIf, rows: list[PolicyRow], directory: str,
 
 
 def plot(whatif: WhatIf, keys: list[tuple], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig = figure(whatif, keys)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def figure(whatif: WhatIf, keys: list[tuple]):
+    """ISR size over time under each policy, one panel per partition, with
+    the partition's min.insync.replicas as a labelled dotted line."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -216,7 +227,7 @@ def plot(whatif: WhatIf, keys: list[tuple], path: Path) -> Path:
     fig, axes = plt.subplots(len(keys), 1, figsize=(10, 2.6 * len(keys)), sharex=True,
                              squeeze=False)
     for ax, key in zip(axes[:, 0], keys):
-        top = 1
+        top, min_isr = 1, 0
         for i, policy in enumerate(policies):
             tl = whatif.timelines.get((policy, key))
             if tl is None or not tl.steps:
@@ -226,8 +237,9 @@ def plot(whatif: WhatIf, keys: list[tuple], path: Path) -> Path:
             # A small vertical offset keeps identical lines apart.
             ax.step(xs, [y + 0.04 * i for y in ys], where="post", label=policy, linewidth=1.6)
             top = max(top, max(ys), tl.replicas)
-            if tl.min_isr:
-                ax.axhline(tl.min_isr - 0.5, color="grey", linestyle=":", linewidth=0.8)
+            min_isr = max(min_isr, tl.min_isr)  # the partition's, the same under every policy
+        if min_isr:
+            _min_isr_line(ax, min_isr)
         cluster, topic, partition = key
         ax.set_title(f"{topic}-{partition}" + ("" if cluster == "default" else f" ({cluster})"),
                      loc="left", fontsize=10)
@@ -236,9 +248,15 @@ def plot(whatif: WhatIf, keys: list[tuple], path: Path) -> Path:
         ax.set_yticks(range(1, top + 1))
         ax.grid(alpha=0.3)
         ax.legend(loc="lower left", fontsize=8, ncol=len(policies))
-    axes[-1, 0].set_xlabel("seconds since the first event (dotted: min.insync.replicas)")
+    axes[-1, 0].set_xlabel("seconds since the first event")
     fig.suptitle("ISR size over time, by policy (partitions where the policies differ)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
+
+
+def _min_isr_line(ax, min_isr: int) -> None:
+    """At the min ISR itself: an ISR on the line is enough for acks=all, one
+    below it is under min ISR."""
+    ax.axhline(min_isr, color="grey", linestyle=":", linewidth=1.0, zorder=1)
+    ax.text(1.0, min_isr, f"min.insync.replicas = {min_isr}", transform=ax.get_yaxis_transform(),
+            ha="right", va="bottom", fontsize=8, color="dimgrey")

