@@ -437,8 +437,10 @@ def cmd_tap_state_change(args: argparse.Namespace) -> int:
 
     from isr.tap.assignment import replicas_from
 
-    return _run_tap(args, StateChangeTap(args.cluster, _zone(args.timezone),
-                                         replicas_from(args.replicas)))
+    settings = _settings_once(args)()
+    replicas = replicas_from(args.replicas, settings.kafka.connect_timeout_s,
+                             settings.input.max_line_bytes)
+    return _run_tap(args, StateChangeTap(args.cluster, _zone(args.timezone), replicas))
 
 
 def cmd_tap_metadata(args: argparse.Namespace) -> int:
