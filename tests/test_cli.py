@@ -271,3 +271,21 @@ def test_an_unreachable_cluster_is_one_line_within_the_connect_timeout(tmp_path,
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and f"{NOBODY}: no answer within 1 s" in r.stderr, r.stderr
     assert took < 1 + 6, f"{took:.1f} s"  # the timeout + starting Python; was 10 s and more
+
+
+def test_a_command_that_swallows_the_interrupt_still_ends():
+    """The last resort (isr/signals.py): 3 s after the interrupt, a process
+    still busy (here: code that catches KeyboardInterrupt and goes on) exits
+    with one line and 130."""
+    code = ("import time\nfrom isr.signals import handled\nwith handled('isr test'):\n"
+            "    print('ready', flush=True)\n    while True:\n        try:\n"
+            "            time.sleep(10)\n        except KeyboardInterrupt:\n            pass\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    err = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 130 and time.monotonic() - sent < 6
+    assert err == "isr test: still busy 3 s after SIGTERM; exiting now\n"
