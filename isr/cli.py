@@ -474,6 +474,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from isr import preflight
     from isr.verify import describe, verify
 
+    if "-" in args.events:
+        raise ConfigError("reads its files twice (the replay, then the cluster's side): give "
+                          "files, not - (stdin)")
     preflight.readable_inputs(args.events)
     settings = _settings(args)
     reports = verify(args.events, settings.monitor, args.policy, args.tolerance_ms,

@@ -121,6 +121,7 @@ USER_ERRORS = [
     (["replay", "missing.jsonl"], {}, "replay: missing.jsonl: no such file"),
     (["replay", "."], {}, "replay: . is a directory"),
     (["verify", "missing.jsonl"], {}, "isr verify: missing.jsonl: no such file"),
+    (["verify", "-"], {}, "isr verify: reads its files twice"),
     (["tap", "server-log", "missing.log", "--to", "-"], {},
      "isr tap server-log: missing.log: no such file"),
     (["tap", "request-log", "v13.log", "--broker", "1", "--topic-ids", "dump.txt", "--to", "-"],
