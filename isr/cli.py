@@ -18,8 +18,9 @@ from isr.config import ConfigError, Settings, load_settings, resolve_config_path
 NOTHING_ACCEPTED = 3
 
 
-def _settings(args: argparse.Namespace, extra: Sequence[str] = ()) -> Settings:
-    settings = load_settings(args.config, list(extra) + list(args.set or []))
+def _settings(args: argparse.Namespace, extra: Sequence[str] = (),
+              base: Optional[dict] = None) -> Settings:
+    settings = load_settings(args.config, list(extra) + list(args.set or []), base)
     for line in unknown_env_vars(settings):
         print(line, file=sys.stderr)
     return settings
@@ -39,8 +40,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from isr import preflight
 
     extra = [f"monitor.policy={args.policy}"] if args.policy else []
-    settings = _settings(args, extra)
     preflight.readable_inputs(args.events)
+    settings = _settings(args, extra, _settings_beside(args.events, args.quiet))
     preflight.writable_file(args.output, "--output")
     preflight.writable_file(args.dead_letters, "--dead-letters")
     if args.report:
@@ -55,11 +56,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.report:
             raise ConfigError("--report follows the models in this process: use --engine local")
         from isr.stream.replay_spark import replay_spark
-        result = replay_spark(args.events, settings)
+        from isr.stream.running import stopping_our_jvm
+        with stopping_our_jvm():
+            result = replay_spark(args.events, settings)
     else:
         with (RichProgress(err) if show_progress else nullcontext()) as progress:
             result = replay(args.events, settings.monitor, progress, whatif=bool(args.report),
-                            merge=args.merge)
+                            merge=args.merge, max_line_bytes=settings.input.max_line_bytes)
     out_cm = open(args.output, "wb") if args.output not in (None, "-") else nullcontext(
         sys.stdout.buffer)
     with out_cm as out:
@@ -76,7 +79,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if len(result.dead_letters) > 5:
             err.print(f"... {len(result.dead_letters) - 5} more (use --dead-letters FILE)")
     if not args.quiet:
-        print_summary(result, err)
+        print_summary(result, err, settings.monitor.replica_lag_time_max_ms)
     if args.report:
         from isr.console import print_whatif
         from isr.whatif import write_report
@@ -86,23 +89,50 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print_whatif(result, err)
             err.print("report: " + ", ".join(str(p) for p in written), highlight=False)
     if result.stats.lines and not result.stats.accepted:
-        print(f"isr: replay: none of the {result.stats.lines} input lines was accepted "
+        print(f"isr replay: none of the {result.stats.lines} input lines was accepted "
               f"(exit code {NOTHING_ACCEPTED})", file=sys.stderr)
         return NOTHING_ACCEPTED
     return 0
 
 
+def _settings_beside(events: Sequence[str], quiet: bool) -> Optional[dict]:
+    """An example's own settings travel with it: `X.toml` beside `X.jsonl`
+    (examples/), applied over the config file and under --policy / --set,
+    and said in one line."""
+    import tomllib
+    from pathlib import Path
+
+    from isr.config import flat_keys
+
+    merged: dict = {}
+    for name in events:
+        sidecar = Path(name).with_suffix(".toml")
+        if name == "-" or sidecar == Path(name) or not sidecar.is_file():
+            continue
+        try:
+            table = tomllib.loads(sidecar.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
+            raise ConfigError(f"{sidecar} (the settings beside {name}): {exc}") from None
+        merged.update(table)
+        if not quiet:
+            shown = ", ".join(f"{k} = {json.dumps(v)}" for k, v in flat_keys(table))
+            print(f"isr replay: settings from {sidecar}, beside the events: {shown} "
+                  "(--policy and --set win)", file=sys.stderr)
+    return merged or None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from isr import preflight
     from isr.stream.job import run_to_kafka, spark_session
-    from isr.stream.running import quiet_failures, run_until_stopped
+    from isr.stream.running import quiet_failures, run_until_stopped, stopping_our_jvm
 
     settings = _settings(args, [f"stream.master={args.master}"] if args.master else [])
     preflight.streaming_job(settings)
     trigger = {"availableNow": True} if args.available_now else None
-    spark = spark_session(settings, settings.stream.master)
-    quiet_failures(spark)
-    query = run_to_kafka(settings, spark=spark, trigger=trigger)
+    with stopping_our_jvm():
+        spark = spark_session(settings, settings.stream.master)
+        quiet_failures(spark)
+        query = run_to_kafka(settings, spark=spark, trigger=trigger)
     print(f"isr: query {settings.stream.query_name} running; checkpoint "
           f"{settings.stream.checkpoint_location}", file=sys.stderr)
     return run_until_stopped(query)
@@ -122,7 +152,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         list_scenarios(Console())
         return 0
     if not args.scenario or not args.to:
-        raise ConfigError("simulate needs --scenario NAME and --to kafka://TOPIC | FILE "
+        raise ConfigError("needs --scenario NAME and --to kafka://TOPIC | FILE "
                           "(--list shows the scenarios)")
     if not args.to.startswith("kafka://"):
         from isr import preflight
@@ -348,37 +378,52 @@ def _add_tap_parsers(sub) -> None:
     p.set_defaults(func=cmd_tap_state_change)
 
 
-def _topic_ids(where: Optional[str]):
+def _topic_ids(where: Optional[str], settings_factory):
     """FetchRequest v13+ names topics by id: a resolver from a dump or a cluster."""
     if where is None:
         return None
     from pathlib import Path
 
     if Path(where).exists():
+        from isr import preflight
+        from isr.tap.command import events_of
+        from isr.tap.lines import read_lines
         from isr.tap.metadata import MetadataLogTap
 
+        preflight.readable_inputs([where], "a metadata dump")
         dump = MetadataLogTap()
-        with open(where, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                dump.feed(line)
+        max_line_bytes = settings_factory().input.max_line_bytes
+        for _ in events_of(dump, read_lines(where, False, max_line_bytes=max_line_bytes)):
+            pass
         return dump.topic_name
     from isr.tap.resolve import ClusterTopicIds
 
-    return ClusterTopicIds(where)
+    return ClusterTopicIds.reachable(where, settings_factory().kafka.connect_timeout_s)
+
+
+def _settings_once(args: argparse.Namespace):
+    """The settings, loaded (and their warnings printed) once per command."""
+    def load() -> Settings:
+        if not hasattr(args, "_loaded_settings"):
+            args._loaded_settings = _settings(args)
+        return args._loaded_settings
+    return load
 
 
 def _run_tap(args: argparse.Namespace, tap) -> int:
     from isr.tap.command import run_tap
 
-    return run_tap(tap, args.path, args.follow, args.to, lambda: _settings(args),
-                   Console(stderr=True), args.quiet)
+    settings = _settings_once(args)
+    return run_tap(tap, args.path, args.follow, args.to, settings, Console(stderr=True),
+                   args.quiet, settings().input.max_line_bytes, command_label(args))
 
 
 def cmd_tap_request_log(args: argparse.Namespace) -> int:
     from isr.tap.request_log import RequestLogTap
 
-    return _run_tap(args, RequestLogTap(args.broker, args.cluster, _zone(args.timezone),
-                                        _topic_ids(args.topic_ids)))
+    zone = _zone(args.timezone)
+    return _run_tap(args, RequestLogTap(args.broker, args.cluster, zone,
+                                        _topic_ids(args.topic_ids, _settings_once(args))))
 
 
 def cmd_tap_server_log(args: argparse.Namespace) -> int:
@@ -392,21 +437,23 @@ def cmd_tap_state_change(args: argparse.Namespace) -> int:
 
     from isr.tap.assignment import replicas_from
 
-    return _run_tap(args, StateChangeTap(args.cluster, _zone(args.timezone),
-                                         replicas_from(args.replicas)))
+    settings = _settings_once(args)()
+    replicas = replicas_from(args.replicas, settings.kafka.connect_timeout_s,
+                             settings.input.max_line_bytes)
+    return _run_tap(args, StateChangeTap(args.cluster, _zone(args.timezone), replicas))
 
 
 def cmd_tap_metadata(args: argparse.Namespace) -> int:
     from isr.tap.metadata import MetadataLogTap, MetadataPoller
 
     if (args.path is None) == (args.poll is None):
-        raise ConfigError("tap metadata reads a dump (PATH or -) or polls (--poll BOOTSTRAP): "
+        raise ConfigError("reads a dump (PATH or -) or polls (--poll BOOTSTRAP): "
                           "one of the two")
     if args.poll is not None:
         from isr.tap.command import poll_metadata
 
         return poll_metadata(MetadataPoller(args.cluster), args.poll, args.interval_s, args.polls,
-                             args.to, lambda: _settings(args), Console(stderr=True), args.quiet)
+                             args.to, _settings_once(args), Console(stderr=True), args.quiet)
     args.timezone = "UTC"
     # A finished dump is replayed in offset order; a followed one as it grows.
     return _run_tap(args, MetadataLogTap(args.cluster, hold=not args.follow))
@@ -427,9 +474,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from isr import preflight
     from isr.verify import describe, verify
 
+    if "-" in args.events:
+        raise ConfigError("reads its files twice (the replay, then the cluster's side): give "
+                          "files, not - (stdin)")
     preflight.readable_inputs(args.events)
     settings = _settings(args)
-    reports = verify(args.events, settings.monitor, args.policy, args.tolerance_ms)
+    reports = verify(args.events, settings.monitor, args.policy, args.tolerance_ms,
+                     settings.input.max_line_bytes)
     if not reports:
         print("no ISR changes on either side: nothing to compare", file=sys.stderr)
         return 0
@@ -440,17 +491,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for r in differ:
         print("\n".join(describe(r, t0)))
     agreed = sum(len(r.matched) for r in reports)
+    given = sum(len(r.given) for r in reports)
+    states = f"; {given} ISRs set by leader events agree" if given else ""
     print(f"{len(reports)} partitions, {agreed} ISR changes agree, {len(differ)} partitions "
-          f"differ (policy {args.policy}, tolerance {args.tolerance_ms} ms)")
+          f"differ (policy {args.policy}, tolerance {args.tolerance_ms} ms{states})")
     return 1 if differ else 0
 
 
+def command_label(args: argparse.Namespace) -> str:
+    """The command the user ran, as every error line names it: `isr replay`,
+    `isr tap server-log`."""
+    label = f"isr {args.command}"
+    if args.command == "tap":
+        label += f" {args.source}"
+    return label
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from isr import signals
+
     args = build_parser().parse_args(argv)
+    label = command_label(args)
     try:
-        return args.func(args)
+        with signals.handled(label):  # SIGTERM stops the command as Ctrl-C does
+            return args.func(args)
     except ConfigError as exc:
-        print(f"isr: {exc}", file=sys.stderr)
+        print(f"{label}: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
@@ -458,7 +524,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
     except OSError as exc:  # a file the user named, going wrong during the work
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"isr: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(f"{label}: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
 
 

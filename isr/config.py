@@ -227,6 +227,10 @@ class InputSettings(_Section):
     # again, retention ahead of the job) stop the job; false reads on and
     # records the gap as a `data_loss` dead letter.
     fail_on_data_loss: bool = True
+    # The longest input line `isr replay` and the taps read, like Kafka's
+    # message.max.bytes: a longer one is a dead letter (its length), read in
+    # pieces and never held in memory (isr/linecap.py).
+    max_line_bytes: Annotated[int, Field(ge=1, le=2**31 - 1)] = 1024 * 1024
 
     @model_validator(mode="after")
     def _something_to_read(self):
@@ -389,6 +393,27 @@ def _nest(overrides: Iterable[str]) -> dict[str, Any]:
     return tree
 
 
+def flat_keys(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """(section.key, value) of a settings tree, in its order."""
+    out = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.extend(flat_keys(value, f"{prefix}{key}."))
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+def _merged(under: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(under)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def _describe(exc: ValidationError, origin: str) -> str:
     err = exc.errors(include_url=False)[0]
     key = ".".join(str(p) for p in err["loc"])
@@ -405,19 +430,27 @@ def resolve_config_path(path: str | os.PathLike | None) -> Optional[Path]:
     """The explicit path, else $ISR_CONFIG, else conf/isr.toml if present."""
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"config file {p} is a directory, not a TOML file")
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
         return p
     env = os.environ.get("ISR_CONFIG")
     if env:
-        return resolve_config_path(env)
+        try:
+            return resolve_config_path(env)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (from $ISR_CONFIG)") from None
     return DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
 
 
 def load_settings(
-    path: str | os.PathLike | None = None, overrides: Iterable[str] = ()
+    path: str | os.PathLike | None = None, overrides: Iterable[str] = (),
+    base: Optional[dict[str, Any]] = None,
 ) -> Settings:
-    """Load and validate the effective settings, or raise one-line ConfigError."""
+    """Load and validate the effective settings, or raise one-line ConfigError.
+    `base`: settings under the overrides and over the file and the environment
+    (an example's own settings, `isr replay`)."""
     toml_path = resolve_config_path(path)
     origin = "config"
     if toml_path is not None:
@@ -441,7 +474,7 @@ def load_settings(
             return tuple(sources)
 
     try:
-        loaded = _FromFile(**_nest(overrides))
+        loaded = _FromFile(**_merged(base or {}, _nest(overrides)))
     except ValidationError as exc:
         raise ConfigError(_describe(exc, origin)) from None
     except SettingsError as exc:

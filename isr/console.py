@@ -24,7 +24,24 @@ def _duration(ms: int) -> str:
     return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def print_summary(result: ReplayResult, console: Console) -> None:
+def quiet_policy_notes(result: ReplayResult, lag_max_ms: Optional[int]) -> list[str]:
+    """Why a policy changed nothing although followers lagged (issue 24): the
+    FollowerLagging alerts of the policy say they lagged, the absent shrink
+    that no lag reached the limit."""
+    lagging = Counter(d.labels.get("policy") for d in result.decisions
+                      if isinstance(d, Alert) and not d.is_repeat and d.status == "firing"
+                      and d.labels["alertname"] == "FollowerLagging")
+    limit = f" = {lag_max_ms:,} ms" if lag_max_ms is not None else ""
+    return [f"{row.policy}: no ISR change although followers lagged (FollowerLagging fired "
+            f"{lagging[row.policy]}x): no lag reached monitor.replica_lag_time_max_ms"
+            f"{limit} under {row.policy}'s rule"
+            for row in result.summary
+            if lagging[row.policy] and not (row.shrinks or row.expands
+                                            or row.controller_removals)]
+
+
+def print_summary(result: ReplayResult, console: Console,
+                  lag_max_ms: Optional[int] = None) -> None:
     table = Table(title="ISR decisions by policy", title_justify="left", box=box.SIMPLE_HEAD)
     for column in ("policy", "shrinks", "expands", "ctrl removals", "partitions",
                    "<min ISR", "time <min ISR"):
@@ -35,6 +52,8 @@ def print_summary(result: ReplayResult, console: Console) -> None:
                       str(row.controller_removals), str(row.partitions),
                       str(row.partitions_under_min_isr), _duration(row.time_under_min_isr_ms))
     console.print(table)
+    for note in quiet_policy_notes(result, lag_max_ms):
+        console.print(note, highlight=False, soft_wrap=True)
     alerts = Counter((d.labels["alertname"], d.status) for d in result.decisions
                      if isinstance(d, Alert) and not d.is_repeat)
     if alerts:

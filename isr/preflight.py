@@ -11,17 +11,19 @@ from typing import Iterable
 from isr.config import ConfigError, Settings
 
 
-def readable_inputs(paths: Iterable[str], what: str = "replay") -> None:
+def readable_inputs(paths: Iterable[str], what: str = "an event file") -> None:
+    """Files to read (`-`: stdin). The message names the file; the CLI
+    prefixes the command the user ran."""
     for name in paths:
         if name == "-":
             continue
         p = Path(name)
         if p.is_dir():
-            raise ConfigError(f"{what}: {name} is a directory, not an event file")
+            raise ConfigError(f"{name} is a directory, not {what}")
         if not p.exists():
-            raise ConfigError(f"{what}: {name}: no such file")
+            raise ConfigError(f"{name}: no such file")
         if not os.access(p, os.R_OK):
-            raise ConfigError(f"{what}: {name}: not readable")
+            raise ConfigError(f"{name}: not readable")
 
 
 def writable_file(name: str | None, what: str) -> None:
@@ -74,13 +76,17 @@ def kafka_reachable(settings: Settings) -> dict[str, str]:
 
     from isr.kafka.client import admin
 
+    from isr.signals import run_interruptibly
+
     conf = kafka_client_config(settings)
     timeout = settings.kafka.connect_timeout_s
     try:
-        admin(conf).list_topics(timeout=timeout)
-    except KafkaException as exc:
+        # librdkafka's wait does not look at signals: waited for in a thread
+        run_interruptibly(lambda: admin(conf).list_topics(timeout=timeout), timeout)
+    except (KafkaException, TimeoutError) as exc:
+        why = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
         raise ConfigError(f"kafka: no answer from {settings.kafka.bootstrap_servers} within "
-                          f"{timeout:g} s ({exc.args[0].str()}); check "
+                          f"{timeout:g} s ({why}); check "
                           "kafka.bootstrap_servers and the security settings") from None
     return conf
 
@@ -93,8 +99,11 @@ def streaming_job(settings: Settings) -> dict[str, str]:
     conf = kafka_reachable(settings)
     if settings.input.topic_pattern is None:
         from isr.kafka.client import admin
+        from isr.signals import run_interruptibly
 
-        existing = set(admin(conf).list_topics(timeout=settings.kafka.connect_timeout_s).topics)
+        timeout = settings.kafka.connect_timeout_s
+        existing = set(run_interruptibly(lambda: admin(conf).list_topics(timeout=timeout),
+                                         timeout).topics)
         missing = [t for t in settings.input.topics if t not in existing]
         if missing:
             raise ConfigError(f"input.topics: {', '.join(missing)} does not exist on "

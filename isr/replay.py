@@ -27,6 +27,7 @@ from isr.engine.local import LocalEngine, standard_listeners
 from isr.engine.sequencer import FUTURE, LATE
 from isr.engine.summary import PolicySummary, summary
 from isr.gc_tuning import fewer_gc_passes
+from isr.linecap import DEFAULT_MAX_LINE_BYTES, Line, Overlong, bounded_lines
 from isr.whatif import PolicyRow, WhatIf
 
 LINES_PER_DECODE = 4096  # lines decoded together (decode_many)
@@ -64,8 +65,10 @@ class Progress:
         pass
 
 
-def _lines(sources: list[str], progress: Optional[Progress]) -> Iterator[tuple[str, int, bytes]]:
-    """(source name, 1-based line number, raw bytes) for every non-blank line."""
+def _lines(sources: list[str], progress: Optional[Progress],
+           max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[tuple[str, int, Line]]:
+    """(source name, 1-based line number, raw bytes) for every non-blank line;
+    `Overlong` instead of the bytes for a line over `max_line_bytes`."""
     progress = progress or Progress()
     with ExitStack() as stack:
         for name in sources:
@@ -77,29 +80,34 @@ def _lines(sources: list[str], progress: Optional[Progress]) -> Iterator[tuple[s
                 total = Path(name).stat().st_size
             task = progress.start("stdin" if name == "-" else Path(name).name, total)
             read = 0
-            for number, raw in enumerate(stream, 1):
-                read += len(raw)
+            for number, raw in enumerate(bounded_lines(stream, max_line_bytes), 1):
                 if number % 4096 == 0:
                     progress.advance(task, read)
+                if isinstance(raw, Overlong):
+                    read += raw.length + 1
+                    yield name, number, raw
+                    continue
+                read += len(raw)
                 raw = raw.rstrip(b"\r\n")
                 if raw.strip():
                     yield name, number, raw
             progress.done(task)
 
 
-def merged(sources: list[str], progress: Optional[Progress]) -> Iterator[tuple[str, int, bytes]]:
+def merged(sources: list[str], progress: Optional[Progress],
+           max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[tuple[str, int, Line]]:
     """The lines of several files (each in ts order, give or take the allowed
     lateness, as a tap writes them) interleaved by ts. A line without a
     readable ts keeps its place after its file's previous line."""
     def keyed(name: str):
         ts = -1
-        for item in _lines([name], progress):
+        for item in _lines([name], progress, max_line_bytes):
             try:
                 value = orjson.loads(item[2]).get("ts")
                 if isinstance(value, int):
                     ts = max(ts, value)
-            except (orjson.JSONDecodeError, AttributeError):
-                pass
+            except (orjson.JSONDecodeError, AttributeError, TypeError):
+                pass  # not JSON, not an object, or an Overlong
             yield ts, item
 
     for _ts, item in heapq.merge(*(keyed(name) for name in sources), key=lambda x: x[0]):
@@ -107,17 +115,19 @@ def merged(sources: list[str], progress: Optional[Progress]) -> Iterator[tuple[s
 
 
 def replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Progress] = None,
-           whatif: bool = False, merge: bool = False) -> ReplayResult:
+           whatif: bool = False, merge: bool = False,
+           max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> ReplayResult:
     """`whatif`: also follow every partition under every policy for the
     what-if report (result.whatif, result.whatif_rows). `merge`: interleave
     the files by ts (the outputs of several taps) instead of reading one after
-    the other."""
+    the other. A line over `max_line_bytes` is a `too_long` dead letter."""
     with fewer_gc_passes():
-        return _replay(sources, monitor, progress, whatif, merge)
+        return _replay(sources, monitor, progress, whatif, merge, max_line_bytes)
 
 
 def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Progress],
-            with_whatif: bool, merge: bool = False) -> ReplayResult:
+            with_whatif: bool, merge: bool = False,
+            max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> ReplayResult:
     stats = ReplayStats()
     dead: list[DeadLetter] = []
 
@@ -130,13 +140,18 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
     whatif = WhatIf(monitor) if with_whatif else None
     listeners = standard_listeners(monitor) + ([whatif] if whatif is not None else [])
     engine = LocalEngine(monitor, listeners=listeners, on_reject=on_reject)
-    lines = merged(sources, progress) if merge and len(sources) > 1 else _lines(sources, progress)
+    lines = (merged(sources, progress, max_line_bytes) if merge and len(sources) > 1
+             else _lines(sources, progress, max_line_bytes))
     seq = -1  # arrival order: the line's place in the input
     for chunk in iter(lambda: list(islice(lines, LINES_PER_DECODE)), []):
-        events = decode_many([raw for _source, _offset, raw in chunk])
+        events = decode_many([raw if isinstance(raw, bytes) else b"" for _s, _o, raw in chunk])
         for (source, offset, raw), event in zip(chunk, events):
             stats.lines += 1
             seq += 1
+            if isinstance(raw, Overlong):
+                stats.dead_letters[TOO_LONG] += 1
+                dead.append(too_long(source, offset, raw))
+                continue
             if isinstance(event, Rejection):
                 stats.dead_letters[event.reason_class] += 1
                 dead.append(DeadLetter.of(source, offset, raw, event.reason, event.reason_class))
@@ -158,6 +173,15 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
         whatif.finish(engine.max_ts)
         result.whatif, result.whatif_rows = whatif, whatif.rows(result.summary)
     return result
+
+
+TOO_LONG = "too_long"  # the dead letters' reason class of a line over input.max_line_bytes
+
+
+def too_long(source: str, offset: int, line: Overlong) -> DeadLetter:
+    """Nothing of the line was kept: its length is the evidence."""
+    return DeadLetter.of(source, offset, b"", line.reason, TOO_LONG).model_copy(
+        update={"raw_truncated": True, "raw_size": line.length})
 
 
 def write_jsonl(records, stream: BinaryIO) -> None:

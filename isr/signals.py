@@ -1,26 +1,165 @@
-"""Ctrl-C and SIGTERM as a flag a loop checks (`isr run`, `isr tap`): the
-handler only sets it, since a signal handler must not take locks; the
-handlers before are put back on exit."""
+"""Ctrl-C and SIGTERM stop every command within seconds, with exit code 130
+(README, "Exit codes"); a service manager's stop never has to become a kill.
+
+`handled()` (around every command, isr/cli.py) makes SIGTERM do what Ctrl-C
+does by default: raise KeyboardInterrupt wherever the command waits (a file,
+stdin, a Kafka client's Python loop), which main() turns into 130.
+
+A loop that stops at a clean point by itself (`isr run`, the taps, polling)
+enters `StopOnSignal`: the first signal only sets its flag (the handler must
+not do more: it runs between two bytecodes of whatever the loop was doing).
+If the loop has not stopped `grace_s` later (blocked in a call that does
+not look at the flag), the watchdog raises the signal again, which then
+interrupts like Ctrl-C; and if the process is still there `HARD_S` after
+that (a C call that does not return), it exits with one line. The handlers
+before are put back on exit.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+GRACE_S = 2.0   # a flagged loop's time to reach its clean stop
+HARD_S = 3.0    # after the interrupt, the time before the process exits regardless
+
+
+class _State:
+    def __init__(self) -> None:
+        self.label = "isr"
+        self.first: Optional[tuple[int, float]] = None   # (signal, monotonic time)
+        self.sections: list["StopOnSignal"] = []
+        self.interrupted_at: Optional[float] = None
+        self.commands = 0   # handled() blocks open
+        self.watchdog: Optional[threading.Thread] = None
+
+
+_state = _State()
+
+
+def _reset() -> None:
+    _state.first = _state.interrupted_at = None
+
+
+def _start_watchdog() -> None:
+    if _state.watchdog is None:
+        _state.watchdog = threading.Thread(target=_watchdog, name="isr-stop-watchdog",
+                                           daemon=True)
+        _state.watchdog.start()
+
+
+def _on_signal(signum, _frame) -> None:
+    now = time.monotonic()
+    if _state.first is None:
+        _state.first = (signum, now)
+    section = _state.sections[-1] if _state.sections else None
+    if section is not None and not section.stopped:
+        section.stopped = True
+        section.at = now
+        return
+    if _state.interrupted_at is None:
+        _state.interrupted_at = now
+    raise KeyboardInterrupt
+
+
+def _watchdog() -> None:
+    """Polls (no locks shared with the handler): escalates a flag that was not
+    acted on, and ends a process an interrupt did not end. It reads a
+    snapshot of the state, which the main thread may change meanwhile."""
+    while True:
+        time.sleep(0.1)
+        first, sections, interrupted_at = _state.first, _state.sections[:], _state.interrupted_at
+        if first is None:
+            continue
+        now = time.monotonic()
+        section = sections[-1] if sections else None
+        if (interrupted_at is None and section is not None and section.stopped
+                and now - section.at >= section.grace_s):
+            _state.interrupted_at = now
+            os.kill(os.getpid(), first[0])  # now it interrupts (the flag is set)
+        elif interrupted_at is not None and now - interrupted_at >= HARD_S:
+            os.write(2, f"{_state.label}: still busy {now - first[1]:.0f} s after "
+                        f"{signal.Signals(first[0]).name}; exiting now\n".encode())
+            os._exit(130)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def handled(label: str = "isr") -> Iterator[None]:
+    """SIGINT and SIGTERM interrupt the command (KeyboardInterrupt) for as long
+    as the block runs; `label` names the command in the last-resort line."""
+    if not _in_main_thread():
+        yield  # signals are the main thread's: a command run in a thread keeps its caller's
+        return
+    _state.label = label
+    _reset()
+    previous = {s: signal.signal(s, _on_signal) for s in SIGNALS}
+    _state.commands += 1
+    _start_watchdog()
+    try:
+        yield
+    finally:
+        _state.commands -= 1
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        _reset()
 
 
 class StopOnSignal:
-    def __init__(self) -> None:
+    """`with StopOnSignal() as stop: while not stop(): ...`: the first signal
+    sets the flag; `grace_s` later it interrupts the loop like Ctrl-C."""
+
+    def __init__(self, grace_s: float = GRACE_S) -> None:
         self.stopped = False
+        self.at = 0.0
+        self.grace_s = grace_s
 
     def __enter__(self) -> "StopOnSignal":
-        self._previous = {s: signal.signal(s, self._stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        self._previous = ({s: signal.signal(s, _on_signal) for s in SIGNALS}
+                          if _in_main_thread() else {})
+        _state.sections.append(self)
+        _start_watchdog()
         return self
 
-    def _stop(self, *_) -> None:
-        self.stopped = True
-
     def __exit__(self, *exc) -> None:
+        _state.sections.remove(self)
         for s, handler in self._previous.items():
             signal.signal(s, handler)
+        if not _state.commands and not _state.sections:
+            _reset()  # used on its own (spark-submit's job): the next one starts afresh
 
     def __call__(self) -> bool:
         return self.stopped
+
+
+def run_interruptibly(call, timeout_s: float):
+    """`call()` in a helper thread, waited for in small steps: a C call that
+    does not look at signals (librdkafka's metadata request) no longer holds
+    a Ctrl-C or SIGTERM back for its whole timeout. The thread is a daemon:
+    an interrupted call finishes (within its own timeout) on its own."""
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="isr-blocking-call", daemon=True)
+    worker.start()
+    deadline = time.monotonic() + timeout_s + 5.0  # the call's own timeout comes first
+    while worker.is_alive() and time.monotonic() < deadline:
+        worker.join(0.1)
+    if "error" in box:
+        raise box["error"]
+    if "value" not in box:
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
+    return box["value"]

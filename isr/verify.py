@@ -3,9 +3,13 @@
 
 Each ISR change the cluster committed is matched with a computed change of
 the same partition to the same ISR within `tolerance_ms` (the leader's
-AlterPartition round trip lies between its decision and the commit). What is
-left on either side is a difference, printed with the numbers of both sides:
-the computed reason (lag, lastCaughtUpTime) and the cluster's own log line.
+AlterPartition round trip lies between its decision and the commit). A
+commit that is the ISR a `leader` event handed the monitor (a new partition,
+a leader election: `isr tap metadata` writes both at the controller's time)
+is a starting state, not a decision to match: it agrees when the ISRs are the
+same. What is left on either side is a difference, printed with the numbers
+of both sides: the computed reason (lag, lastCaughtUpTime) and the cluster's
+own log line. The rules are in docs/tap.md ("isr verify").
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import orjson
 from isr.config import MonitorSettings
 from isr.contract.decisions import IsrChange
 from isr.engine.local import rules_for
+from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, bounded_lines
 from isr.replay import replay
 from isr.tap.server_log import proposal_numbers
 
@@ -37,26 +42,53 @@ class PartitionReport:
     partition: int
     matched: list[tuple[IsrChange, Commit]] = field(default_factory=list)
     computed_only: list[IsrChange] = field(default_factory=list)
-    cluster_only: list[tuple[Commit, list[int]]] = field(default_factory=list)  # + computed ISR
+    cluster_only: list[tuple[Commit, Optional[list[int]]]] = field(
+        default_factory=list)  # + the computed ISR then
+    given: list[Commit] = field(default_factory=list)  # starting states that agree
 
     @property
     def agrees(self) -> bool:
         return not self.computed_only and not self.cluster_only
 
 
-def cluster_commits(paths: list[str]) -> dict[tuple, list[Commit]]:
-    """The `isr` events of the files that change the ISR, per partition, in ts order."""
+@dataclass(frozen=True)
+class Given:
+    """The ISR a `leader` event set in the monitor's model (the leader is
+    always a member, as the model makes it)."""
+    ts: int
+    isr: list[int]
+
+
+def _read_cluster_side(paths: list[str], max_line_bytes: int) -> tuple[
+        dict[tuple, list[Commit]], dict[tuple, list[Given]]]:
+    """The `isr` events (commits) and the ISRs of `leader` events, per partition."""
     raw: dict[tuple, list[Commit]] = defaultdict(list)
+    given: dict[tuple, list[Given]] = defaultdict(list)
     for path in paths:
         with open(path, "rb") as f:
-            for line in f:
+            for line in bounded_lines(f, max_line_bytes):
+                if isinstance(line, Overlong):
+                    continue  # replay reports it as a dead letter
                 try:
                     ev = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue  # replay reports it as a dead letter
-                if isinstance(ev, dict) and ev.get("type") == "isr":
+                    kind = ev.get("type")
+                    if kind not in ("isr", "leader"):
+                        continue
                     key = (ev.get("cluster", "default"), ev["topic"], ev["partition"])
-                    raw[key].append(Commit(ev["ts"], sorted(ev["isr"]), ev.get("kafka_log")))
+                    if kind == "isr":
+                        raw[key].append(Commit(ev["ts"], sorted(ev["isr"]),
+                                               ev.get("kafka_log")))
+                    else:
+                        given[key].append(Given(ev["ts"], sorted({ev["leader"], *ev["isr"]})))
+                except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+                    continue  # replay reports it as a dead letter
+    for items in given.values():
+        items.sort(key=lambda g: g.ts)
+    return _changes_only(raw), dict(given)
+
+
+def _changes_only(raw: dict[tuple, list[Commit]]) -> dict[tuple, list[Commit]]:
+    """Per partition, in ts order, the commits that change the ISR."""
     commits = {}
     for key, items in raw.items():
         items.sort(key=lambda c: c.ts)
@@ -69,27 +101,28 @@ def cluster_commits(paths: list[str]) -> dict[tuple, list[Commit]]:
     return commits
 
 
-def verify(paths: list[str], monitor: MonitorSettings, policy: str,
-           tolerance_ms: int) -> list[PartitionReport]:
+def verify(paths: list[str], monitor: MonitorSettings, policy: str, tolerance_ms: int,
+           max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[PartitionReport]:
     """A leader's shrink comes from its periodic check, which runs every
     interval from the broker's start; the monitor checks at multiples of the
     interval since the epoch (docs/rules.md), so a shrink may differ by up to
     one interval on top of `tolerance_ms`."""
     interval = rules_for(monitor, policy).interval_ms
-    result = replay(paths, monitor.model_copy(update={"policy": [policy]}), merge=True)
+    result = replay(paths, monitor.model_copy(update={"policy": [policy]}), merge=True,
+                    max_line_bytes=max_line_bytes)
     computed: dict[tuple, list[IsrChange]] = defaultdict(list)
     for d in result.decisions:
         if isinstance(d, IsrChange) and d.policy == policy and not d.bootstrap:
             computed[(d.cluster, d.topic, d.partition)].append(d)
-    commits = cluster_commits(paths)
+    commits, given = _read_cluster_side(paths, max_line_bytes)
     reports = []
     for key in sorted(set(computed) | set(commits)):
-        reports.append(_compare(key, computed.get(key, []), commits.get(key, []), tolerance_ms,
-                                interval))
+        reports.append(_compare(key, computed.get(key, []), commits.get(key, []),
+                                given.get(key, []), tolerance_ms, interval))
     return reports
 
 
-def _compare(key: tuple, changes: list[IsrChange], commits: list[Commit],
+def _compare(key: tuple, changes: list[IsrChange], commits: list[Commit], given: list[Given],
              tolerance_ms: int, interval_ms: int) -> PartitionReport:
     report = PartitionReport(*key)
     left = list(changes)
@@ -102,7 +135,10 @@ def _compare(key: tuple, changes: list[IsrChange], commits: list[Commit],
             left.remove(match)
             report.matched.append((match, commit))
             continue
-        isr = _computed_isr(changes, commit.ts)
+        if any(g.isr == commit.isr and abs(g.ts - commit.ts) <= tolerance_ms for g in given):
+            report.given.append(commit)  # the state a leader event gave: not a decision
+            continue
+        isr = _computed_isr(changes, given, commit.ts)
         if i > 0 or isr != commit.isr:  # the first commit only differs if the ISR does
             report.cluster_only.append((commit, isr))
     # Computed changes before the cluster's first known ISR cannot be checked.
@@ -114,12 +150,18 @@ def _phase(change: IsrChange, interval_ms: int) -> int:
     return interval_ms if change.action == "shrink" and change.cause == "leader" else 0
 
 
-def _computed_isr(changes: list[IsrChange], ts: int) -> Optional[list[int]]:
+def _computed_isr(changes: list[IsrChange], given: list[Given],
+                  ts: int) -> Optional[list[int]]:
+    """The ISR the monitor held at `ts`: the last leader event's or computed
+    change's; before both, the first computed change's `isr_before`; None
+    when the monitor knew nothing of the partition's ISR."""
+    timeline = sorted([(g.ts, g.isr) for g in given] +
+                      [(c.ts, sorted(c.isr_after)) for c in changes], key=lambda x: x[0])
     isr = None
-    for c in changes:
-        if c.ts > ts:
+    for t, after in timeline:
+        if t > ts:
             break
-        isr = sorted(c.isr_after)
+        isr = after
     if isr is None and changes:
         isr = sorted(changes[0].isr_before)
     return isr
@@ -143,6 +185,9 @@ def describe(report: PartitionReport, t0: int) -> list[str]:
                       f"{n['last_caught_up_ts']} (+{(n['last_caught_up_ts'] - t0) / 1000:.3f}s)"
                       for r, n in sorted(numbers.get("replicas", {}).items())]
             why = "; the cluster's numbers: " + ", ".join(parts)
+        held = (f"the computed ISR was {isr}" if isr is not None else
+                "the monitor knew no ISR for it (no `leader` event before: add the output of "
+                "`isr tap metadata`)")
         lines.append(f"  the cluster committed {commit.isr} at +{(commit.ts - t0) / 1000:.3f}s "
-                     f"while the computed ISR was {isr}{why}")
+                     f"while {held}{why}")
     return lines

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from helpers import ROOT, cli
@@ -17,7 +19,8 @@ def test_check_config_prints_effective_settings_or_one_error_line():
     bad = cli("check-config", "--set", "monitor.replica_lag_time_max_ms=fast")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
-        "isr: config: monitor.replica_lag_time_max_ms: Input should be a valid integer, "
+        "isr check-config: config: monitor.replica_lag_time_max_ms: Input should be a valid "
+        "integer, "
         "unable to parse string as an integer (got 'fast')"]
 
 
@@ -36,6 +39,42 @@ def test_replay_writes_decisions_then_states_and_a_summary(tmp_path):
     assert "dead letters: not_json 1" in r.stderr
     (dl,) = [json.loads(x) for x in dead.read_text().splitlines()]
     assert (dl["source"], dl["offset"], dl["raw"]) == ("-", 14, "not json")
+
+
+def test_both_examples_run_as_shipped():
+    """Issue 24: an example shows what it is for with the README's command
+    alone; the slow-leader example's settings travel beside it."""
+    r = cli("replay", "examples/kip501-slow-leader.jsonl", "-o", "/dev/null")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines()[0] == (
+        "isr replay: settings from examples/kip501-slow-leader.toml, beside the events: "
+        'monitor.policy = ["kafka", "kip501"], monitor.replica_lag_time_max_ms = 10000 '
+        "(--policy and --set win)")
+    assert summary_rows(r.stderr) == {"kafka": (2, 4), "kip501": (0, 0)}
+    r = cli("replay", "examples/kafka-4485-small-produces.jsonl", "--policy",
+            "kafka,kip16,legacy,kip501", "-o", "/dev/null")
+    assert r.returncode == 0, r.stderr
+    assert summary_rows(r.stderr) == {"kafka": (0, 0), "kip16": (1, 0), "legacy": (0, 0),
+                                      "kip501": (0, 0)}
+
+
+def test_a_policy_that_changed_nothing_while_followers_lagged_says_why():
+    r = cli("replay", "examples/kip501-slow-leader.jsonl", "--policy", "kip501",
+            "-o", "/dev/null")
+    assert r.returncode == 0, r.stderr
+    assert ("kip501: no ISR change although followers lagged (FollowerLagging fired 2x): no lag "
+            "reached monitor.replica_lag_time_max_ms = 10,000 ms under kip501's rule"
+            in r.stderr.splitlines()), r.stderr
+
+
+def summary_rows(stderr: str) -> dict[str, tuple[int, int]]:
+    """policy -> (shrinks, expands) from the summary table."""
+    rows = {}
+    for line in stderr.splitlines():
+        cells = line.split()
+        if len(cells) >= 7 and cells[0] in ("kafka", "kip16", "legacy", "kip501"):
+            rows[cells[0]] = (int(cells[1]), int(cells[2]))
+    return rows
 
 
 def test_replay_is_byte_identical_across_runs(tmp_path):
@@ -81,6 +120,13 @@ USER_ERRORS = [
     # (arguments, files to create {name: bytes}, what the one line says)
     (["replay", "missing.jsonl"], {}, "replay: missing.jsonl: no such file"),
     (["replay", "."], {}, "replay: . is a directory"),
+    (["verify", "missing.jsonl"], {}, "isr verify: missing.jsonl: no such file"),
+    (["verify", "-"], {}, "isr verify: reads its files twice"),
+    (["tap", "server-log", "missing.log", "--to", "-"], {},
+     "isr tap server-log: missing.log: no such file"),
+    (["tap", "request-log", "v13.log", "--broker", "1", "--topic-ids", "dump.txt", "--to", "-"],
+     {"v13.log": b""}, "--topic-ids dump.txt: no such metadata dump file, and not bootstrap"),
+    (["check-config", "--config", "."], {}, "config file . is a directory, not a TOML file"),
     (["replay", "e.jsonl", "-o", "nodir/out.jsonl"], {"e.jsonl": b"{}\n"},
      "--output: nodir/out.jsonl: the directory nodir does not exist"),
     (["replay", "e.jsonl", "--dead-letters", "."], {"e.jsonl": b"{}\n"},
@@ -121,14 +167,16 @@ def test_a_users_mistake_is_one_line_and_a_non_zero_exit(tmp_path, args, files, 
                        env={**os.environ, "ISR_CONFIG": ""})
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2, r.stderr
-    assert len(lines) == 1 and lines[0].startswith("isr: ") and says in lines[0], r.stderr
+    command = " ".join(args[:2] if args[0] == "tap" else args[:1])
+    assert len(lines) == 1 and says in lines[0], r.stderr
+    assert lines[0].startswith(f"isr {command}: "), r.stderr  # the command the user ran
 
 
 def test_a_missing_input_topic_is_one_line(broker, tmp_path):
     r = cli("run", "--set", f"kafka.bootstrap_servers={broker.bootstrap}", "--set",
             'input.topics=["no.such.topic"]', "--set", f"stream.checkpoint_location={tmp_path}")
     assert r.returncode == 2
-    assert r.stderr.strip() == (f"isr: input.topics: no.such.topic does not exist on "
+    assert r.stderr.strip() == (f"isr run: input.topics: no.such.topic does not exist on "
                                 f"{broker.bootstrap}; create it, or set input.topic_pattern to "
                                 "read topics as they appear")
 
@@ -138,7 +186,7 @@ def test_replay_that_accepts_nothing_exits_3(tmp_path):
     path.write_text('nope\n{"v": 2}\n')
     r = cli("replay", str(path), "-q")
     assert r.returncode == 3
-    assert r.stderr.strip() == "isr: replay: none of the 2 input lines was accepted (exit code 3)"
+    assert r.stderr.strip() == "isr replay: none of the 2 input lines was accepted (exit code 3)"
 
 
 def test_a_mistyped_environment_variable_is_named_with_a_guess():
@@ -159,3 +207,86 @@ def test_check_config_never_prints_a_secret():
     assert shown["kafka"]["properties"]["sasl.password"] == "***"
     assert shown["delivery"]["webhooks"][0]["headers"]["Authorization"] == "***"
     assert shown["kafka"]["sasl_password_env"] == "ISR_KAFKA_SASL_PASSWORD"  # a name, shown
+
+
+# ---------------------------------------------------------------- stopping
+# Commands that wait on something that does not come, without Spark: nothing
+# listens on the port (this suite's range), a pipe that is never written.
+NOBODY = "127.0.0.1:19101"
+BLOCKED = {
+    "tap request-log --topic-ids": ["tap", "request-log", "v13.log", "--broker", "1",
+                                    "--topic-ids", NOBODY, "--to", "out.jsonl"],
+    "tap metadata --poll": ["tap", "metadata", "--poll", NOBODY, "--to", "out.jsonl"],
+    "tap server-log -F": ["tap", "server-log", "not-yet.log", "-F", "--to", "out.jsonl"],
+    "tap server-log - (stdin)": ["tap", "server-log", "-", "--to", "out.jsonl"],
+    "replay - (stdin)": ["replay", "-"],
+    "verify FIFO": ["verify", "fifo"],
+    "simulate --to kafka://": ["simulate", "--scenario", "demo", "--to", "kafka://t", "--set",
+                               f"kafka.bootstrap_servers={NOBODY}"],
+    "run (before Spark)": ["run", "--set", f"kafka.bootstrap_servers={NOBODY}",
+                           "--set", "stream.checkpoint_location=ck"],
+}
+
+
+@pytest.mark.parametrize("name", list(BLOCKED))
+def test_sigterm_stops_a_waiting_command_within_seconds(tmp_path, name):
+    """Issue 24: a service manager's stop (SIGTERM) must not become a kill.
+    The command waits (up to kafka.connect_timeout_s = 10 s, or forever);
+    SIGTERM ends it within a few seconds with exit code 130."""
+    (tmp_path / "v13.log").write_text((ROOT / "tests/fixtures/tap/kafka-request-v13.log")
+                                      .read_text())
+    os.mkfifo(tmp_path / "fifo")
+    stdin_read, stdin_write = os.pipe()  # stdin open and silent, as a pipe from a quiet writer
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "isr.cli", *BLOCKED[name]], cwd=tmp_path,
+                                stdin=stdin_read, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "ISR_CONFIG": "", "PYTHONPATH": str(ROOT)})
+        time.sleep(3)  # started (imports take ~1-2 s here) and waiting
+        assert proc.poll() is None, proc.communicate()[1]
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        err = proc.communicate(timeout=30)[1]
+        took = time.monotonic() - sent
+    finally:
+        os.close(stdin_read)
+        os.close(stdin_write)
+    assert proc.returncode == 130, err
+    assert took < 5, f"{took:.1f} s"
+    assert "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("args", [
+    ["tap", "request-log", "v13.log", "--broker", "1", "--topic-ids", NOBODY, "--to", "o.jsonl"],
+    ["tap", "metadata", "--poll", NOBODY, "--to", "o.jsonl"],
+], ids=["request-log --topic-ids", "metadata --poll"])
+def test_an_unreachable_cluster_is_one_line_within_the_connect_timeout(tmp_path, args):
+    (tmp_path / "v13.log").write_text((ROOT / "tests/fixtures/tap/kafka-request-v13.log")
+                                      .read_text())
+    started = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "isr.cli", *args, "--set",
+                        "kafka.connect_timeout_s=1"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60,
+                       env={**os.environ, "ISR_CONFIG": "", "PYTHONPATH": str(ROOT)})
+    took = time.monotonic() - started
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and f"{NOBODY}: no answer within 1 s" in r.stderr, r.stderr
+    assert took < 1 + 6, f"{took:.1f} s"  # the timeout + starting Python; was 10 s and more
+
+
+def test_a_command_that_swallows_the_interrupt_still_ends():
+    """The last resort (isr/signals.py): 3 s after the interrupt, a process
+    still busy (here: code that catches KeyboardInterrupt and goes on) exits
+    with one line and 130."""
+    code = ("import time\nfrom isr.signals import handled\nwith handled('isr test'):\n"
+            "    print('ready', flush=True)\n    while True:\n        try:\n"
+            "            time.sleep(10)\n        except KeyboardInterrupt:\n            pass\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    err = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 130 and time.monotonic() - sent < 6
+    assert err == "isr test: still busy 3 s after SIGTERM; exiting now\n"

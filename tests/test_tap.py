@@ -19,8 +19,8 @@ import orjson
 import pytest
 from helpers import ROOT, cli
 from tapfixtures import (RESPONSE_MAX_BYTES, SERVER_LOG_WORDINGS, STATE_CHANGE_VERSIONS,
-                         cluster_dump, completed, fetch_request, fetch_response, follower_outage,
-                         stamp)
+                         TOPIC_ID, cluster_dump, completed, dump_record, fetch_request,
+                         fetch_response, follower_outage, stamp)
 
 from isr.contract import Rejection, decode
 from isr.tap import metadata, server_log, state_change
@@ -585,6 +585,61 @@ def test_a_follower_that_stops_for_40_s_is_shrunk_and_expanded_and_verify_agrees
     assert "computed expand to [1, 2, 3] at +10.002s that the cluster did not commit" in v.stdout
 
 
+def calm_cluster(tmp_path: Path, stop_replica_3_at_ms: int | None = None) -> list[str]:
+    """Issue 24: a metadata dump of three partitions created with ISR =
+    replicas, through `isr tap metadata`, and 60 s of fetches that keep every
+    follower caught up (replica 3 of orders-0 stops at `stop_replica_3_at_ms`)."""
+    dump = [dump_record(0, T0 - 5000, "TOPIC_RECORD", 0, {"name": "orders", "topicId": TOPIC_ID})]
+    for p in range(3):
+        dump.append(dump_record(1 + p, T0 - 3000 + p, "PARTITION_RECORD", 1, {
+            "partitionId": p, "topicId": TOPIC_ID, "replicas": [1, 2, 3], "isr": [1, 2, 3],
+            "removingReplicas": [], "addingReplicas": [], "leader": 1 + p, "leaderEpoch": 0,
+            "partitionEpoch": 0, "directories": ["6Tv1xj7YRwqFc1pC8Yk5mA"] * 3}))
+    (tmp_path / "meta.dump").write_text("".join(dump))
+    r = cli("tap", "metadata", str(tmp_path / "meta.dump"), "--to", str(tmp_path / "meta.jsonl"))
+    assert r.returncode == 0, r.stderr
+    fetches = []
+    for t in range(0, 60_000, 500):
+        for p in range(3):
+            for replica in {1, 2, 3} - {1 + p}:
+                if (p, replica) == (0, 3) and stop_replica_3_at_ms is not None \
+                        and t >= stop_replica_3_at_ms:
+                    continue
+                fetches.append({"v": 1, "type": "fetch", "ts": T0 + t, "topic": "orders",
+                                "partition": p, "leader": 1 + p, "leader_epoch": 0,
+                                "replica": replica, "fetch_offset": t // 10,
+                                "leader_leo": t // 10})
+    write(tmp_path / "fetches.jsonl", fetches)
+    return [str(tmp_path / "meta.jsonl"), str(tmp_path / "fetches.jsonl")]
+
+
+def test_verify_of_a_calm_cluster_finds_no_difference(tmp_path):
+    """The metadata's first `isr` events are the starting state the `leader`
+    events gave the monitor, not changes it failed to compute."""
+    v = cli("verify", *calm_cluster(tmp_path))
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert v.stdout.strip() == ("3 partitions, 0 ISR changes agree, 0 partitions differ (policy "
+                                "kafka, tolerance 2000 ms; 3 ISRs set by leader events agree)")
+
+
+def test_verify_still_reports_a_real_difference(tmp_path):
+    files = calm_cluster(tmp_path, stop_replica_3_at_ms=10_000)
+    # ... and the cluster shrank orders-1 where every follower kept up.
+    write(tmp_path / "server.jsonl", [{"v": 1, "type": "isr", "ts": T0 + 30_000,
+                                        "topic": "orders", "partition": 1, "leader": 2,
+                                        "leader_epoch": 0, "isr": [1, 2]}])
+    v = cli("verify", *files, str(tmp_path / "server.jsonl"))
+    assert v.returncode == 1, v.stdout + v.stderr
+    out = v.stdout.splitlines()
+    assert "orders-0: 0 ISR changes agree, 1 only computed, 0 only in the cluster" in out
+    assert any(line.startswith("  computed shrink to [1, 2] at +") and
+               "that the cluster did not commit: replica 3: lag" in line for line in out), out
+    assert "orders-1: 0 ISR changes agree, 0 only computed, 1 only in the cluster" in out
+    assert any(line.startswith("  the cluster committed [1, 2] at +") and
+               line.endswith("s while the computed ISR was [1, 2, 3]") for line in out), out
+    assert out[-1].startswith("3 partitions, 0 ISR changes agree, 2 partitions differ")
+
+
 def test_a_followed_file_survives_rotation(tmp_path):
     log = tmp_path / "kafka-request.log"
     log.write_text("one\n")
@@ -627,13 +682,31 @@ def test_a_followed_log_is_written_as_it_grows_and_ctrl_c_ends_the_tap(tmp_path)
     finally:
         proc.send_signal(signal.SIGINT)
         err = proc.communicate(timeout=30)[1]
-    assert proc.returncode == 0, err
+    assert proc.returncode == 130, err  # README, exit codes: stopped by Ctrl-C / SIGTERM
     assert "2 events written" in err and "Traceback" not in err, err
+
+
+def test_a_v13_request_log_without_topic_ids_says_why_nothing_was_written(tmp_path):
+    """Issue 24: FetchRequest v13+ names topics by id; without --topic-ids
+    nothing can be written, and the user must hear why and what fixes it."""
+    log = str(FIXTURES / "kafka-request-v13.log")
+    r = cli("tap", "request-log", log, "--broker", "1", "--to", str(tmp_path / "o.jsonl"), "-q")
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.splitlines() == [
+        "isr tap request-log: warning: 6 FETCH lines skipped for topic ids without a name "
+        "(FetchRequest v13+ names topics by id): give --topic-ids DUMP|BOOTSTRAP (a metadata "
+        "dump or the cluster) to name them"]
+    assert (tmp_path / "o.jsonl").read_text() == ""
+    r = cli("tap", "request-log", log, "--broker", "1", "--to", str(tmp_path / "o.jsonl"),
+            "--topic-ids", str(FIXTURES / "metadata.dump"))
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    assert (tmp_path / "o.jsonl").read_text().count("\n") > 0
 
 
 def test_tap_user_errors_are_one_line(tmp_path):
     r = cli("tap", "request-log", str(tmp_path / "missing.log"), "--broker", "1", "--to", "-")
-    assert r.returncode == 2 and r.stderr.startswith("isr: ") and len(r.stderr.splitlines()) == 1
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+    assert r.stderr.startswith(f"isr tap request-log: {tmp_path / 'missing.log'}: no such file")
     r = cli("tap", "metadata", "--to", "-")
     assert r.returncode == 2 and "one of the two" in r.stderr
     r = cli("tap", "server-log", "-", "--timezone", "Mars/Olympus", "--to", "-", stdin="")

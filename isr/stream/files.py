@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, bounded_lines
 from isr.stream.packing import END_OF_INPUT
 from isr.stream.progress import RECORDS
 from isr.stream.source import packed_batches, pack_settings, record_batch, source_schema
@@ -36,11 +37,17 @@ READ_TASKS = 4
 MIN_CHUNK_ROWS = 10_000
 
 
-def line_starts(path: str) -> list[tuple[int, int]]:
-    """(byte offset, 1-based line number) of every non-blank line."""
+def line_starts(path: str,
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[tuple[int, int]]:
+    """(byte offset, 1-based line number) of every non-blank line; a line over
+    `max_line_bytes` counts as one, unread (replay_spark.Admission skips it)."""
     starts, pos = [], 0
     with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
+        for number, line in enumerate(bounded_lines(f, max_line_bytes), 1):
+            if isinstance(line, Overlong):
+                starts.append((pos, number))
+                pos += line.length + 1
+                continue
             if line.strip():
                 starts.append((pos, number))
             pos += len(line)
@@ -50,12 +57,14 @@ def line_starts(path: str) -> list[tuple[int, int]]:
 class LineRange(InputPartition):
     def __init__(self, path: str, label: str, first_index: int, first_line: int, count: int,
                  byte_start: int, end_row: bool, end_ts: int,
-                 skip: frozenset = frozenset()) -> None:
+                 skip: frozenset = frozenset(),
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         super().__init__((path, first_index, count))
         self.path, self.label, self.first_index, self.first_line, self.count = (
             path, label, first_index, first_line, count)
         self.byte_start, self.end_row, self.end_ts = byte_start, end_row, end_ts
         self.skip = skip  # row indices in this range to leave out
+        self.max_line_bytes = max_line_bytes
 
 
 class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -70,7 +79,8 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         limit = opts.get("maxoffsetspertrigger")
         self.max_rows = int(limit) if limit else None
         self.pack = pack_settings(options)  # packs as it reads (source.pack_option)
-        self.starts = [line_starts(p) for p in self.paths]
+        self.max_line_bytes = int(opts.get("max_line_bytes") or DEFAULT_MAX_LINE_BYTES)
+        self.starts = [line_starts(p, self.max_line_bytes) for p in self.paths]
         # Global row index -> (file, line within file); +1 for the end row.
         self.total = sum(len(s) for s in self.starts) + 1
 
@@ -106,7 +116,8 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 count = min(chunk_rows, last - chunk)
                 byte, number = starts[chunk - base]
                 skip = frozenset(i for i in self.skip if chunk <= i < chunk + count)
-                ranges.append(LineRange(path, label, chunk, number, count, byte, False, 0, skip))
+                ranges.append(LineRange(path, label, chunk, number, count, byte, False, 0, skip,
+                                        self.max_line_bytes))
             base += len(starts)
         if lo <= base < hi:  # the end-of-input row
             ranges.append(LineRange("", "", base, 0, 0, 0, True, self.end_ts))
@@ -135,9 +146,12 @@ def read_lines(r: LineRange, batch_rows: int = 8192) -> Iterator:
     with open(r.path, "rb") as f:
         f.seek(r.byte_start)
         index, line_no, left = r.first_index, r.first_line, r.count
-        for raw in f:
+        for raw in bounded_lines(f, r.max_line_bytes):
             if not left:
                 break
+            if isinstance(raw, Overlong):  # in r.skip: Admission dead-lettered it
+                index, left, line_no = index + 1, left - 1, line_no + 1
+                continue
             raw = raw.rstrip(b"\r\n")
             if raw.strip():
                 if index not in r.skip:

@@ -18,7 +18,8 @@ from isr.contract.decisions import DeadLetter
 from isr.contract.records import INTERNAL_KINDS, SUMMARY, OutputRecord
 from isr.engine.sequencer import Sequencer
 from isr.engine.summary import summarize
-from isr.replay import ReplayResult, ReplayStats
+from isr.linecap import Overlong, bounded_lines
+from isr.replay import ReplayResult, ReplayStats, too_long
 
 
 class Admission:
@@ -35,7 +36,12 @@ class Admission:
         self.dead: list[DeadLetter] = []
         for path, label in zip(paths, labels):
             with open(path, "rb") as f:
-                for number, raw in enumerate(f, 1):
+                for number, raw in enumerate(bounded_lines(f, settings.input.max_line_bytes), 1):
+                    if isinstance(raw, Overlong):  # never read, never reaches the job
+                        self.skip.append(self.lines)
+                        self.lines += 1
+                        self.dead.append(too_long(label, number, raw))
+                        continue
                     if not raw.strip():
                         continue
                     index, self.lines = self.lines, self.lines + 1
@@ -78,7 +84,8 @@ def replay_spark(sources: list[str], settings: Settings, spark=None,
             json.dump(admitted.skip, f)
         reader = (spark.readStream.format("isr_lines").option("paths", json.dumps(paths))
                   .option("labels", json.dumps(labels)).option("end_ts", str(admitted.end_ts))
-                  .option("skip", skip))
+                  .option("skip", skip)
+                  .option("max_line_bytes", str(settings.input.max_line_bytes)))
         if max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
         rows: list[OutputRecord] = []

@@ -5,12 +5,20 @@ line, and a failure ends in one line too, the whole report in a file."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 from isr.errors import one_line_reason
 from isr.signals import StopOnSignal
+
+# Spark's query.stop() may wait for a micro-batch; after this long a stop is
+# forced (isr/signals.py), so a service manager's stop never becomes a kill.
+STOP_GRACE_S = 10.0
 
 # Loggers that print a failed query's stack traces (the Python worker's
 # traceback, once per task attempt and again for the query): the report file
@@ -22,6 +30,52 @@ QUIET_LOGGERS = ("org.apache.spark.sql.execution.streaming",
                  "org.apache.spark.scheduler.TaskSetManager",
                  "org.apache.spark.scheduler.DAGScheduler",
                  "org.apache.spark.util.Utils")
+
+
+@contextmanager
+def stopping_our_jvm() -> Iterator[None]:
+    """Ctrl-C / SIGTERM while pyspark starts its JVM can land after the JVM
+    began and before it connected; that JVM then lives on without us (its
+    gateway thread keeps it up). On an interrupt, the child processes this
+    process started meanwhile get SIGTERM."""
+    before = _children()
+    root = logging.getLogger()
+    root.addFilter(_interrupt_noise)
+    try:
+        yield
+    except KeyboardInterrupt:
+        for pid in _children() - before:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass  # gone already
+        raise
+    finally:
+        root.removeFilter(_interrupt_noise)
+
+
+def _interrupt_noise(record: logging.LogRecord) -> bool:
+    """py4j logs an interrupted call with its traceback on the root logger:
+    a stop, not an error."""
+    return not str(record.msg).startswith("KeyboardInterrupt while")
+
+
+def _children() -> set[int]:
+    """This process's children (Linux /proc; elsewhere none are found)."""
+    me, found = os.getpid(), set()
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me:
+            found.add(int(entry))
+    return found
 
 
 def quiet_failures(spark) -> None:
@@ -57,7 +111,7 @@ def _quiet_accumulator_server(sc) -> None:
 def run_until_stopped(query, name: str = "isr") -> int:
     """Wait for the query: 0 when it ends by itself (--available-now), 130
     after Ctrl-C / SIGTERM, 1 when it fails (one line on stderr)."""
-    with StopOnSignal() as stop:
+    with StopOnSignal(grace_s=STOP_GRACE_S) as stop:
         while not stop():
             try:
                 if query.awaitTermination(0.5):

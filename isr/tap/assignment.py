@@ -10,21 +10,22 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from isr.config import ConfigError
+from isr.linecap import DEFAULT_MAX_LINE_BYTES
 
 Replicas = Callable[[tuple[str, int]], Optional[list[int]]]
 REFRESH_S = 10.0  # an unknown partition asks the cluster again at most this often
 BOOTSTRAP = re.compile(r"^[^\s,/]+:\d+(?:,[^\s,/]+:\d+)*$")  # HOST:PORT[,HOST:PORT...]
 
 
-def dump_replicas(path: str) -> Replicas:
+def dump_replicas(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Replicas:
     """The replicas as the dump's last record of each partition left them."""
+    from isr.tap.command import events_of
+    from isr.tap.lines import read_lines
     from isr.tap.metadata import MetadataLogTap
 
     dump = MetadataLogTap(hold=True)
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            dump.feed(line)
-    dump.finish()
+    for _ in events_of(dump, read_lines(path, False, max_line_bytes=max_line_bytes)):
+        pass
     replicas = {key: list(reg.replicas) for key, reg in dump.partitions.items()}
     return replicas.get
 
@@ -32,8 +33,9 @@ def dump_replicas(path: str) -> Replicas:
 class ClusterReplicas:
     """Metadata (kafka-python's describe_topics) for a partition not seen yet."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, timeout_s: float = 10.0) -> None:
         self.bootstrap = bootstrap
+        self.timeout_ms = int(timeout_s * 1000)  # kafka.connect_timeout_s
         self.replicas: dict[tuple[str, int], list[int]] = {}
         self._asked = 0.0
 
@@ -50,7 +52,8 @@ class ClusterReplicas:
         self._asked = time.monotonic()
         try:
             admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id="isr-tap",
-                                     bootstrap_timeout_ms=10_000)
+                                     bootstrap_timeout_ms=self.timeout_ms,
+                                     request_timeout_ms=self.timeout_ms)
             try:
                 for t in admin.describe_topics():
                     for p in t.get("partitions", ()):
@@ -62,16 +65,19 @@ class ClusterReplicas:
         return True
 
 
-def replicas_from(where: Optional[str]) -> Optional[Replicas]:
-    """`--replicas DUMP|BOOTSTRAP`: a metadata dump file, else bootstrap servers."""
+def replicas_from(where: Optional[str], timeout_s: float = 10.0,
+                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Optional[Replicas]:
+    """`--replicas DUMP|BOOTSTRAP`: a metadata dump file, else bootstrap servers
+    (asked for at most `timeout_s`, kafka.connect_timeout_s)."""
     if where is None:
         return None
     if Path(where).exists():
-        return dump_replicas(where)
+        return dump_replicas(where, max_line_bytes)
     if not BOOTSTRAP.match(where):
         raise ConfigError(f"--replicas {where}: no such file, and not bootstrap servers "
                           "(HOST:PORT[,HOST:PORT...])")
-    cluster = ClusterReplicas(where)
+    cluster = ClusterReplicas(where, timeout_s)
     if not cluster._refresh():
-        raise ConfigError(f"--replicas {where}: no Kafka cluster answered there")
+        raise ConfigError(f"--replicas {where}: no Kafka cluster answered there within "
+                          f"{timeout_s:g} s (kafka.connect_timeout_s)")
     return cluster

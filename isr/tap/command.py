@@ -8,21 +8,26 @@ import sys
 import time
 from collections import Counter
 from contextlib import nullcontext
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional, Union
 
 import orjson
 from rich.console import Console
 
 from isr.config import ConfigError, Settings
+from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong
 from isr.signals import StopOnSignal
 from isr.sim.output import message_key
 from isr.tap.lines import read_lines
 
 KAFKA_PREFIX = "kafka://"
+NOTHING_WRITTEN = 3  # as `isr replay` that accepted nothing (README, exit codes)
 
 
-def events_of(tap, lines: Iterable[str]) -> Iterator[dict]:
+def events_of(tap, lines: Iterable[Union[str, Overlong]]) -> Iterator[dict]:
     for line in lines:
+        if isinstance(line, Overlong):
+            tap.feed_overlong(line)
+            continue
         yield from tap.feed(line)
     yield from tap.finish()
 
@@ -43,7 +48,7 @@ class Sink:
             self.topic = to[len(KAFKA_PREFIX):]
             if not self.topic:
                 raise ConfigError("--to kafka://TOPIC needs a topic name")
-            conf = preflight.kafka_reachable(settings_factory())
+            conf = preflight.kafka_reachable(settings_factory())  # Ctrl-C-able, bounded
             ensure_topics(conf, [self.topic])
             self.producer = producer(conf)
             self.file = None
@@ -76,30 +81,52 @@ class Sink:
         else:
             sys.stdout.buffer.flush()
 
+    def abandon(self) -> None:
+        """Stopped midway (an interrupt): what was written to a file stays there."""
+        if self.file is not None and not self.file.closed:
+            self.file.close()
+
 
 def run_tap(tap, source: str, follow: bool, to: str, settings_factory,
-            console: Console, quiet: bool) -> int:
-    """Feed `source` through `tap` into `to`; prints the count at the end."""
+            console: Console, quiet: bool, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+            name: str = "isr tap") -> int:
+    """Feed `source` through `tap` into `to`; prints the count at the end.
+    0 when done, 130 when stopped by Ctrl-C / SIGTERM, NOTHING_WRITTEN when
+    the tap could write nothing for a reason the user can fix (its warnings)."""
     from isr import preflight
 
     if source != "-" and not follow:
-        preflight.readable_inputs([source])
+        preflight.readable_inputs([source], "a log file")
     if not to.startswith(KAFKA_PREFIX):
         preflight.writable_file(to, "--to")
     sink = Sink(to, settings_factory, live=follow)
     show = not quiet and console.is_terminal
     started = time.monotonic()
-    with StopOnSignal() as stop, (console.status("") if show else nullcontext()) as status:
-        last = 0.0
-        for ev in events_of(tap, read_lines(source, follow, stop)):
-            sink.write(ev)
-            if status is not None and time.monotonic() - last > 0.5:
-                last = time.monotonic()
-                status.update(f"{tap.lines:,} lines read, {sink.written:,} events written")
-        sink.close()
+    stop = StopOnSignal()
+    try:
+        with stop, (console.status("") if show else nullcontext()) as status:
+            last = 0.0
+            for ev in events_of(tap, read_lines(source, follow, stop,
+                                                max_line_bytes=max_line_bytes)):
+                sink.write(ev)
+                if status is not None and time.monotonic() - last > 0.5:
+                    last = time.monotonic()
+                    status.update(f"{tap.lines:,} lines read, {sink.written:,} events written")
+            sink.close()
+    except KeyboardInterrupt:  # stopped inside a blocking read (isr/signals.py)
+        stop.stopped = True
+    finally:
+        sink.abandon()
+    warnings = tap.warnings()
     if not quiet:
         console.print(summary(tap.lines, sink.written, tap.skipped, time.monotonic() - started,
                               to, tap.approximate), highlight=False, soft_wrap=True)
+    for line in warnings:  # even with --quiet: output was lost
+        print(f"{name}: warning: {line}", file=sys.stderr)
+    if stop():
+        return 130
+    if not sink.written and getattr(tap, "unknown_id_lines", 0):
+        return NOTHING_WRITTEN
     return 0
 
 
@@ -118,32 +145,50 @@ def poll_metadata(poller, bootstrap: str, interval_s: float, polls: Optional[int
                   settings_factory, console: Console, quiet: bool,
                   clock: Callable[[], float] = time.time) -> int:
     """Poll Metadata + DescribeCluster every `interval_s` (`polls` times, or
-    until stopped) and write what changed."""
+    until stopped) and write what changed. A cluster that does not answer
+    within kafka.connect_timeout_s at the start is one line (ConfigError)."""
     from kafka.admin import KafkaAdminClient
     from kafka.errors import KafkaError
 
-    sink = Sink(to, settings_factory, live=True)
+    settings = settings_factory()
+    timeout_ms = int(settings.kafka.connect_timeout_s * 1000)
+    sink = Sink(to, lambda: settings, live=True)
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="isr-tap",
-                                 bootstrap_timeout_ms=10_000, request_timeout_ms=10_000)
+                                 bootstrap_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms)
     except KafkaError as exc:
-        raise ConfigError(f"--poll {bootstrap}: {exc}") from None
+        sink.abandon()
+        raise ConfigError(f"--poll {bootstrap}: no answer within "
+                          f"{settings.kafka.connect_timeout_s:g} s (kafka.connect_timeout_s): "
+                          f"{exc}") from None
     done = 0
-    with StopOnSignal() as stop:
-        while not stop() and (polls is None or done < polls):
-            if done:
-                time.sleep(interval_s)
-            ts = int(clock() * 1000)
-            try:
-                events = poller.diff(admin.describe_cluster(), admin.describe_topics(), ts)
-            except KafkaError as exc:  # a broker restart: try again at the next poll
-                print(f"isr: metadata poll failed: {exc}", file=sys.stderr)
-                events = []
-            for ev in events:
-                sink.write(ev)
-            done += 1
-    admin.close()
-    sink.close()
+    try:
+        with StopOnSignal() as stop:
+            while not stop() and (polls is None or done < polls):
+                if done:
+                    _sleep(interval_s, stop)
+                    if stop():
+                        break
+                ts = int(clock() * 1000)
+                try:
+                    events = poller.diff(admin.describe_cluster(), admin.describe_topics(), ts)
+                except KafkaError as exc:  # a broker restart: try again at the next poll
+                    print(f"isr tap metadata: poll failed: {exc}", file=sys.stderr)
+                    events = []
+                for ev in events:
+                    sink.write(ev)
+                done += 1
+            admin.close()
+            sink.close()
+    finally:
+        sink.abandon()
     if not quiet:
         console.print(f"{done} polls, {sink.written:,} events written to {to}", highlight=False)
-    return 0
+    return 130 if stop() else 0
+
+
+def _sleep(seconds: float, stop: Callable[[], bool]) -> None:
+    """Sleep, but wake within 0.1 s of a stop."""
+    deadline = time.monotonic() + seconds
+    while not stop() and time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))

@@ -15,8 +15,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Union
 from zoneinfo import ZoneInfo
+
+from isr.linecap import DEFAULT_MAX_LINE_BYTES, Line, LineAssembler, Overlong, bounded_lines
 
 LOG4J = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] ([A-Z]+) (.*) \(([^()]*)\)$")
 
@@ -53,14 +55,25 @@ class LineTap:
     those of the end of input. Counted: `lines` read, `skipped` lines or parts
     by reason, and `approximate`: what was written from incomplete knowledge."""
 
+    OVERLONG = "lines over input.max_line_bytes"
+    SHOWN = 3  # overlong lines named one by one in the warnings
+
     def __init__(self) -> None:
         self.skipped: Counter = Counter()
         self.approximate: Counter = Counter()
         self.lines = 0
+        self.overlong: list[tuple[int, int]] = []  # (line number, length), the first SHOWN
 
     def feed(self, line: str) -> list[dict]:
         self.lines += 1
         return self.read(line)
+
+    def feed_overlong(self, line: Overlong) -> list[dict]:
+        """A line too long to read: counted, and the first few named."""
+        self.lines += 1
+        if len(self.overlong) < self.SHOWN:
+            self.overlong.append((self.lines, line.length))
+        return self.skip(self.OVERLONG)
 
     def read(self, line: str) -> list[dict]:
         raise NotImplementedError
@@ -71,6 +84,15 @@ class LineTap:
 
     def finish(self) -> list[dict]:
         return []
+
+    def warnings(self) -> list[str]:
+        """Lines for the user about what was skipped and how to avoid it."""
+        out = [f"line {number:,}: {length:,} bytes, longer than input.max_line_bytes: skipped"
+               for number, length in self.overlong]
+        more = self.skipped[self.OVERLONG] - len(self.overlong)
+        if more > 0:
+            out.append(f"... and {more:,} more lines over input.max_line_bytes")
+        return out
 
 
 class Log4jTap(LineTap):
@@ -91,38 +113,47 @@ class Log4jTap(LineTap):
 
 
 def read_lines(path: str, follow: bool, stop: Callable[[], bool] = lambda: False,
-               poll_s: float = 0.25) -> Iterator[str]:
-    """The lines of `path` (`-`: stdin). With `follow`, wait for more like
-    `tail -F`: a file replaced (rotation) or truncated is reopened from its
-    start, and a file not there yet is waited for."""
+               poll_s: float = 0.25,
+               max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[Union[str, Overlong]]:
+    """The lines of `path` (`-`: stdin), until `stop()`. With `follow`, wait
+    for more like `tail -F`: a file replaced (rotation) or truncated is
+    reopened from its start, and a file not there yet is waited for. A line
+    over `max_line_bytes` comes as `Overlong`, never held in memory."""
     if path == "-":
-        yield from sys.stdin
+        yield from _decoded(bounded_lines(sys.stdin.buffer, max_line_bytes), stop)
         return
     if not follow:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            yield from f
+        with open(path, "rb") as f:
+            yield from _decoded(bounded_lines(f, max_line_bytes), stop)
         return
-    yield from _follow(path, stop, poll_s)
+    yield from _follow(path, stop, poll_s, max_line_bytes)
 
 
-def _follow(path: str, stop: Callable[[], bool], poll_s: float) -> Iterator[str]:
+def _decoded(lines: Iterator[Line], stop: Callable[[], bool]) -> Iterator[Union[str, Overlong]]:
+    for line in lines:
+        if stop():
+            return
+        yield line if isinstance(line, Overlong) else line.decode("utf-8", "replace")
+
+
+def _follow(path: str, stop: Callable[[], bool], poll_s: float,
+            max_line_bytes: int) -> Iterator[Union[str, Overlong]]:
     f = None
     identity = None
-    partial = ""
+    lines = LineAssembler(max_line_bytes)
     while not stop():
         if f is None:
             try:
-                f = open(path, encoding="utf-8", errors="replace")
+                f = open(path, "rb")
                 identity = os.fstat(f.fileno()).st_ino
             except FileNotFoundError:
                 time.sleep(poll_s)
                 continue
-        chunk = f.readline()
-        if chunk:
-            partial += chunk
-            if partial.endswith("\n"):
-                yield partial
-                partial = ""
+        piece = f.readline(lines.read_size())
+        if piece:
+            line = lines.feed(piece)
+            if line is not None:
+                yield line if isinstance(line, Overlong) else line.decode("utf-8", "replace")
             continue
         # At the end: rotated (another file under the name) or truncated?
         try:
@@ -133,7 +164,8 @@ def _follow(path: str, stop: Callable[[], bool], poll_s: float) -> Iterator[str]
             rotated, truncated = False, False
         if rotated or truncated:
             f.close()
-            f, partial = None, ""
+            f = None
+            lines.reset()
             continue
         time.sleep(poll_s)
     if f is not None:

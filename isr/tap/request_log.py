@@ -79,6 +79,9 @@ class RequestLogTap(Log4jTap):
         self.broker = broker
         self.cluster = cluster
         self.topic_names = topic_names or (lambda _id: None)
+        self.names_topic_ids = topic_names is not None  # --topic-ids given
+        self.unknown_id_lines = 0  # FETCH lines with a topic id without a name
+        self._unknown_on_line = False
         self.sessions: dict[int, Session] = {}
         self.pending: dict[tuple[int, str, int], Pending] = {}
         self.leo: dict[tuple[str, int], int] = {}  # highest LEO sent in an append
@@ -94,10 +97,24 @@ class RequestLogTap(Log4jTap):
             return self.skip("truncated or unreadable JSON")
         if header.get("requestApiKeyName") != "FETCH" and header.get("requestApiKey") != 1:
             return self.skip("not a FETCH")
+        self._unknown_on_line = False
         try:  # any version: read by field names (docs/tap.md)
             return self._fetch(parsed.ts, desc)
         except (KeyError, TypeError, ValueError, AttributeError):
             return self.skip("FETCH with fields this tap does not know")
+        finally:
+            self.unknown_id_lines += self._unknown_on_line
+
+    def warnings(self) -> list[str]:
+        """FetchRequest v13+ names topics by id: without names nothing of those
+        lines can be written, which must not pass in silence (issue 24)."""
+        if not self.unknown_id_lines:
+            return super().warnings()
+        where = ("the --topic-ids source does not know them" if self.names_topic_ids else
+                 "give --topic-ids DUMP|BOOTSTRAP (a metadata dump or the cluster) to name them")
+        return super().warnings() + [
+            f"{self.unknown_id_lines:,} FETCH lines skipped for topic ids without a name "
+            f"(FetchRequest v13+ names topics by id): {where}"]
 
     def finish(self) -> list[dict]:
         """End of input: reads whose next fetchOffset never came get the
@@ -185,6 +202,7 @@ class RequestLogTap(Log4jTap):
             name = self._name(topic)
             if name is None:
                 self.skipped["partitions of an unknown topic id"] += len(topic["partitions"])
+                self._unknown_on_line = True
                 continue
             for p in topic["partitions"]:
                 session.parts[(name, p["partition"])] = Wanted(

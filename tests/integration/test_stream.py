@@ -161,6 +161,25 @@ def test_replay_engine_spark_is_byte_identical_to_local(spark, workload_file):
     assert any(d.type == "isr_propagation" for d in local.decisions)
 
 
+def test_replay_engine_spark_drops_an_overlong_line_as_local_does(spark, workload_file,
+                                                                   tmp_path):
+    """input.max_line_bytes: the same too_long dead letter (its length, nothing
+    of the line held) and the same decisions as --engine local."""
+    lines = workload_file.read_bytes().splitlines(True)
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(b"".join(lines[:3]) + b"x" * 5000 + b"\n" + b"".join(lines[3:]))
+    settings = load_settings(None, BASE + ["input.max_line_bytes=4096"])
+    local = replay([str(path)], settings.monitor, max_line_bytes=4096)
+    remote = replay_spark([str(path)], settings, spark=spark, max_offsets_per_trigger=400)
+    assert [(d.offset, d.raw_size, d.raw) for d in local.dead_letters
+            if d.reason_class == "too_long"] == [(4, 5000, "")]
+    assert [d.model_dump_json() for d in remote.dead_letters] == [
+        d.model_dump_json() for d in local.dead_letters]
+    assert [d.model_dump_json() for d in remote.decisions] == [
+        d.model_dump_json() for d in local.decisions]
+    assert remote.stats.lines == local.stats.lines
+
+
 @pytest.mark.parametrize("limit", [37, 400])
 def test_decisions_do_not_depend_on_micro_batch_size(spark, workload_file, local_result, limit):
     settings = load_settings(None, BASE)

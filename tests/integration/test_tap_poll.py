@@ -43,7 +43,8 @@ def test_polling_the_embedded_broker(broker, tmp_path):
 def test_polling_a_cluster_that_is_not_there_is_one_line(tmp_path):
     r = cli("tap", "metadata", "--poll", "127.0.0.1:1", "--polls", "1",
             "--to", str(tmp_path / "x.jsonl"))
-    assert r.returncode != 0 and r.stderr.startswith("isr: "), r.stderr
+    assert r.returncode != 0 and r.stderr.startswith("isr tap metadata: --poll 127.0.0.1:1: "), \
+        r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
