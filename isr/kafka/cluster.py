@@ -280,6 +280,8 @@ JVM_FLAGS = [
     "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=64m",
     "-XX:MaxMetaspaceSize=128m", "-XX:MaxDirectMemorySize=128m", "-Xss512k",
     "-Djava.awt.headless=true",
+    # log lines in UTC whatever the machine: the taps and fixtures assume it
+    "-Duser.timezone=UTC",
 ]
 
 
