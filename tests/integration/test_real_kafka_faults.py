@@ -1,0 +1,166 @@
+"""Faults on the real cluster while a producer writes with acks=all to RF-3
+topics with min.insync.replicas=2 (issue 22 section 2), and the monitor on
+what the cluster wrote: the taps on its request logs and metadata log, then
+`isr replay`, against the ISR changes the controller committed
+(docs/real-kafka.md has the measured times)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import cli
+
+from isr.kafka.cluster import BROKER_IDS, KafkaCluster
+
+pytestmark = pytest.mark.kafka
+
+
+def create_topics(kafka: KafkaCluster, *specs: tuple[str, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    futures = admin.create_topics([NewTopic(name, n, 3, config={"min.insync.replicas": "2"})
+                                   for name, n in specs])
+    for future in futures.values():
+        future.result(timeout=30)
+
+
+@contextmanager
+def producing(kafka: KafkaCluster, topic: str, per_s: float = 20.0):
+    """acks=all to `topic` in a thread; yields the delivery counts."""
+    stop = threading.Event()
+    counts = {"acked": 0, "failed": 0}
+
+    def delivered(err, _msg):
+        counts["failed" if err else "acked"] += 1
+
+    def run():
+        p = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "linger.ms": 5,
+                      "message.timeout.ms": 60000})
+        n = 0
+        while not stop.is_set():
+            p.produce(topic, key=str(n).encode(), value=b"x" * 100, on_delivery=delivered)
+            n += 1
+            p.poll(0)
+            time.sleep(1 / per_s)
+        p.flush(60)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield counts
+    finally:
+        stop.set()
+        thread.join(90)
+
+
+class Run:
+    """What the cluster wrote from now on, tapped as an operator would."""
+
+    def __init__(self, kafka: KafkaCluster, tmp_path: Path) -> None:
+        self.kafka, self.tmp = kafka, tmp_path
+        self.offsets = {b: self._size(b) for b in BROKER_IDS}
+        self.start_ms = int(time.time() * 1000)
+
+    def _size(self, broker: int) -> int:
+        path = self.kafka.log(broker, "kafka-request.log")
+        return path.stat().st_size if path.exists() else 0
+
+    def tap(self) -> list[str]:
+        dump = self.tmp / "metadata.dump"
+        dump.write_text(self.kafka.dump_metadata())
+        outputs = [self.tmp / "metadata.jsonl"]
+        r = cli("tap", "metadata", str(dump), "--to", str(outputs[0]), "-q")
+        assert r.returncode == 0, r.stderr
+        for b in BROKER_IDS:
+            excerpt = self.tmp / f"broker-{b}-kafka-request.log"
+            with open(self.kafka.log(b, "kafka-request.log"), "rb") as f:
+                f.seek(self.offsets[b])
+                excerpt.write_bytes(f.read())
+            out = self.tmp / f"broker-{b}.jsonl"
+            r = cli("tap", "request-log", str(excerpt), "--broker", str(b), "--topic-ids",
+                    str(dump), "--to", str(out), "-q")
+            assert r.returncode == 0, r.stderr
+            outputs.append(out)
+        return [str(p) for p in outputs]
+
+    def events(self, outputs: list[str], topic: str) -> list[dict]:
+        evs = [json.loads(line) for line in Path(outputs[0]).read_text().splitlines()]
+        return [e for e in evs if e.get("topic") == topic or e["type"] == "broker"]
+
+    def decisions(self, outputs: list[str], topic: str) -> list[dict]:
+        r = cli("replay", "--merge", *outputs, "--no-state", "-q", "--set",
+                f"monitor.replica_lag_time_max_ms={self.kafka.conf.replica_lag_time_max_ms}")
+        assert r.returncode == 0, r.stderr
+        out = [json.loads(line) for line in r.stdout.splitlines()]
+        return [d for d in out if d["type"] == "isr_change" and d["topic"] == topic]
+
+
+def isr_of(kafka: KafkaCluster, topic: str) -> dict[int, tuple[int, list[int]]]:
+    md = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(topic, timeout=10)
+    return {p.id: (p.leader, sorted(p.isrs)) for p in md.topics[topic].partitions.values()}
+
+
+def wait_for(predicate, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+def commits_of(events: list[dict]) -> dict[int, list[tuple[list[int], int]]]:
+    """partition -> [(sorted ISR, commit ts)] after creation."""
+    out: dict = {}
+    for e in events:
+        if e["type"] == "isr" and e["partition_epoch"] > 0:
+            out.setdefault(e["partition"], []).append((sorted(e["isr"]), e["ts"]))
+    return out
+
+
+def test_a_paused_follower_is_shrunk_then_expanded_and_the_monitor_agrees(kafka, tmp_path):
+    """SIGSTOP longer than replica.lag.time.max.ms, shorter than the session
+    timeout: its partitions shrink (the lag rule, no fencing); SIGCONT: they
+    expand. The idle topic's partitions never shrink, in Kafka or the monitor."""
+    paused = 3
+    topic, idle = f"pause-{uuid.uuid4().hex[:6]}", f"idle-{uuid.uuid4().hex[:6]}"
+    lag = kafka.conf.replica_lag_time_max_ms
+    run = Run(kafka, tmp_path)
+    create_topics(kafka, (topic, 3), (idle, 3))
+    with producing(kafka, topic) as counts:
+        time.sleep(3)
+        kafka.pause(paused)
+        time.sleep(2.5 * lag / 1000)
+        kafka.resume(paused)
+        wait_for(lambda: all(len(isr) == 3 for _l, isr in isr_of(kafka, topic).values()),
+                 30, "the paused broker back in every ISR")
+        time.sleep(1)
+    assert counts["failed"] == 0 and counts["acked"] > 0  # min ISR 2 held throughout
+    outputs = run.tap()
+    cluster = commits_of(run.events(outputs, topic))
+    leaders = {p: leader for p, (leader, _isr) in isr_of(kafka, topic).items()}
+    followed = [p for p, leader in leaders.items() if leader != paused]
+    for p in followed:
+        assert [isr for isr, _ts in cluster[p]] == [[1, 2], [1, 2, 3]], cluster[p]
+    assert not commits_of(run.events(outputs, idle))  # idle partitions never shrink
+    assert not [e for e in run.events(outputs, topic)  # a lag shrink, not a fencing
+                if e["type"] == "broker" and e["ts"] >= run.start_ms]
+    ours = run.decisions(outputs, topic)
+    timing = []
+    for p in followed:
+        mine = [(d["action"], sorted(d["isr_after"]), d["ts"]) for d in ours
+                if d["partition"] == p]
+        assert [(a, isr) for a, isr, _ts in mine] == [("shrink", [1, 2]), ("expand", [1, 2, 3])]
+        for (action, _isr, ts), (_isr2, committed) in zip(mine, cluster[p]):
+            timing.append((p, action, committed, ts - committed))
+            assert abs(ts - committed) <= lag / 2, timing
+    assert not run.decisions(outputs, idle)
+    print("\nfault pause:", json.dumps(timing))
