@@ -41,8 +41,9 @@ def producing(kafka: KafkaCluster, topic: str, per_s: float = 20.0):
         counts["failed" if err else "acked"] += 1
 
     def run():
+        # log_level 0: a stopped broker's refused connections are expected here
         p = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "linger.ms": 5,
-                      "message.timeout.ms": 60000})
+                      "message.timeout.ms": 60000, "log_level": 0})
         n = 0
         while not stop.is_set():
             p.produce(topic, key=str(n).encode(), value=b"x" * 100, on_delivery=delivered)
@@ -103,7 +104,8 @@ class Run:
 
 
 def isr_of(kafka: KafkaCluster, topic: str) -> dict[int, tuple[int, list[int]]]:
-    md = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(topic, timeout=10)
+    md = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 0}).list_topics(
+        topic, timeout=10)
     return {p.id: (p.leader, sorted(p.isrs)) for p in md.topics[topic].partitions.values()}
 
 
@@ -164,3 +166,99 @@ def test_a_paused_follower_is_shrunk_then_expanded_and_the_monitor_agrees(kafka,
             assert abs(ts - committed) <= lag / 2, timing
     assert not run.decisions(outputs, idle)
     print("\nfault pause:", json.dumps(timing))
+
+
+def test_a_killed_broker_is_fenced_its_leaders_move_and_it_rejoins(kafka, tmp_path):
+    """kill -9: its leaders drop it by the lag rule, the controller fences it
+    after broker.session.timeout.ms and moves the leadership it held; restarted,
+    it registers again and its leaders take it back."""
+    victim = 2
+    topic = f"kill-{uuid.uuid4().hex[:6]}"
+    lag, session = kafka.conf.replica_lag_time_max_ms, kafka.conf.broker_session_timeout_ms
+    run = Run(kafka, tmp_path)
+    create_topics(kafka, (topic, 3))
+    led_before = {p: leader for p, (leader, _isr) in isr_of(kafka, topic).items()}
+    with producing(kafka, topic) as counts:
+        time.sleep(3)
+        killed_ms = int(time.time() * 1000)
+        kafka.kill(victim)
+        wait_for(lambda: all(victim not in isr and leader != victim
+                             for leader, isr in isr_of(kafka, topic).values()),
+                 session / 1000 + 20, "the killed broker out of every ISR and leadership")
+        kafka.restart_node(victim)
+        wait_for(lambda: all(len(isr) == 3 for _l, isr in isr_of(kafka, topic).values()),
+                 60, "the restarted broker back in every ISR")
+        time.sleep(1)
+    assert counts["failed"] == 0 and counts["acked"] > 0
+    outputs = run.tap()
+    events = run.events(outputs, topic)
+    states = [(e["state"], e["ts"]) for e in events
+              if e["type"] == "broker" and e["broker"] == victim and e["ts"] >= run.start_ms]
+    fenced_ms = next(ts for state, ts in states if state == "fenced")
+    assert session - 1000 <= fenced_ms - killed_ms <= session + 5000, (killed_ms, states)
+    assert ("registered" in [s for s, _ in states]
+            and [s for s, _ in states].index("registered") > [s for s, _ in states].index(
+                "fenced"))
+    cluster = commits_of(events)
+    ours = run.decisions(outputs, topic)
+    timing = []
+    for p, leader in led_before.items():
+        without = sorted(set(BROKER_IDS) - {victim})
+        assert cluster[p][0][0] == without and cluster[p][-1][0] == [1, 2, 3], cluster[p]
+        mine = [(d["action"], sorted(d["isr_after"]), d["ts"]) for d in ours
+                if d["partition"] == p]
+        if leader == victim:  # the controller moved leadership at the fencing
+            assert abs(cluster[p][0][1] - fenced_ms) <= 1000
+        else:  # its leader dropped it by the lag rule, before the fencing
+            assert cluster[p][0][1] - killed_ms <= lag * 1.5 + 1500
+            assert mine[0][:2] == ("shrink", without)
+            timing.append((p, "shrink", cluster[p][0][1], mine[0][2] - cluster[p][0][1]))
+            assert abs(mine[0][2] - cluster[p][0][1]) <= lag / 2
+        assert mine and mine[-1][:2] == ("expand", [1, 2, 3]), mine
+        timing.append((p, "expand", cluster[p][-1][1], mine[-1][2] - cluster[p][-1][1]))
+        assert abs(mine[-1][2] - cluster[p][-1][1]) <= lag / 2
+    print("\nfault kill -9:", json.dumps({"killed": killed_ms, "fenced": fenced_ms,
+                                          "changes": timing}))
+
+
+def test_a_controlled_shutdown_moves_leaders_then_the_broker_rejoins(kafka, tmp_path):
+    """SIGTERM: the broker asks the controller to shut down (in controlled
+    shutdown, then fenced), its leadership moves at once, no record is lost;
+    restarted, it rejoins every ISR."""
+    victim = 1
+    topic = f"term-{uuid.uuid4().hex[:6]}"
+    lag = kafka.conf.replica_lag_time_max_ms
+    run = Run(kafka, tmp_path)
+    create_topics(kafka, (topic, 3))
+    with producing(kafka, topic) as counts:
+        time.sleep(3)
+        stopped_ms = int(time.time() * 1000)
+        kafka.stop_node(victim)
+        stopped_took = int(time.time() * 1000) - stopped_ms
+        kafka.restart_node(victim)
+        wait_for(lambda: all(len(isr) == 3 for _l, isr in isr_of(kafka, topic).values()),
+                 60, "the restarted broker back in every ISR")
+        time.sleep(1)
+    assert counts["failed"] == 0 and counts["acked"] > 0
+    assert stopped_took < 15000  # a clean stop, not the SIGKILL fallback
+    outputs = run.tap()
+    events = run.events(outputs, topic)
+    states = [e["state"] for e in events
+              if e["type"] == "broker" and e["broker"] == victim and e["ts"] >= run.start_ms]
+    assert "controlled_shutdown" in states or "fenced" in states, states
+    cluster = commits_of(events)
+    ours = run.decisions(outputs, topic)
+    timing = []
+    for p, commits in cluster.items():
+        assert commits[0][0] == sorted(set(BROKER_IDS) - {victim}), commits
+        assert commits[0][1] - stopped_ms <= 5000  # at the shutdown, not a lag later
+        assert commits[-1][0] == [1, 2, 3]
+        mine = [(d["action"], sorted(d["isr_after"]), d["ts"]) for d in ours
+                if d["partition"] == p]
+        assert mine and mine[-1][:2] == ("expand", [1, 2, 3]), mine
+        timing.append((p, "expand", commits[-1][1], mine[-1][2] - commits[-1][1]))
+        assert abs(mine[-1][2] - commits[-1][1]) <= lag / 2
+    print("\nfault SIGTERM:", json.dumps({"stopped": stopped_ms, "took_ms": stopped_took,
+                                          "states": states, "changes": timing,
+                                          "first_commits": {p: c[0][1] - stopped_ms
+                                                            for p, c in cluster.items()}}))
