@@ -39,6 +39,8 @@ JVM_DIR = REPO / "jvm" / "kafka"
 POM = JVM_DIR / "pom.xml"
 LOG4J2 = JVM_DIR / "log4j2.xml"
 TOOLS_LOG4J2 = JVM_DIR / "tools-log4j2.xml"
+JMX_EXPORTER_CONFIG = JVM_DIR / "jmx-exporter.yaml"
+JMX_AGENT = "jmx_prometheus_javaagent"  # moved to libs/agent/: not on the classpath
 CONTROLLER_ID = 0
 BROKER_IDS = (1, 2, 3)
 
@@ -148,7 +150,11 @@ def resolve_jars(quiet: bool = False) -> Path:
         last = next((line for line in reversed(output.splitlines()) if "ERROR" in line),
                     output.splitlines()[-1] if output else "no output")
         raise ClusterError(f"mvn could not resolve {POM}: {last.strip()[:300]}")
-    jars = {p.name: p.stat().st_size for p in sorted(partial.glob("*.jar"))}
+    (partial / "agent").mkdir()
+    for agent in partial.glob(f"{JMX_AGENT}-*.jar"):
+        agent.rename(partial / "agent" / agent.name)
+    jars = {str(p.relative_to(partial)): p.stat().st_size
+            for p in sorted(partial.glob("*.jar")) + sorted(partial.glob("agent/*.jar"))}
     (partial / "manifest.json").write_text(json.dumps({"pom": _pom_digest(), "jars": jars},
                                                       indent=1))
     shutil.rmtree(libs, ignore_errors=True)
@@ -193,6 +199,8 @@ class ClusterConfig:
     broker_session_timeout_ms: int = 12000         # ISR_KAFKA_SESSION_TIMEOUT_MS
     broker_heap: str = "-Xms64m -Xmx256m"           # ISR_KAFKA_BROKER_HEAP
     controller_heap: str = "-Xms32m -Xmx192m"       # ISR_KAFKA_CONTROLLER_HEAP
+    # The Prometheus JMX exporter on each broker, port BASE + 10 + id
+    jmx_exporter: bool = True                      # ISR_KAFKA_JMX_EXPORTER=0: off
     detach: bool = True  # nodes outlive this process (the script); False: die with it
     extra: dict = field(default_factory=dict)      # more broker properties
 
@@ -213,6 +221,8 @@ class ClusterConfig:
                     setattr(conf, name, int(env[var]))
                 except ValueError:
                     raise ClusterError(f"{var}={env[var]!r} is not a number") from None
+        if "jmx_exporter" not in overrides and env.get("ISR_KAFKA_JMX_EXPORTER"):
+            conf.jmx_exporter = env["ISR_KAFKA_JMX_EXPORTER"].lower() not in ("0", "false", "no")
         for name, var in (("broker_heap", "ISR_KAFKA_BROKER_HEAP"),
                           ("controller_heap", "ISR_KAFKA_CONTROLLER_HEAP")):
             if name not in overrides and env.get(var):
@@ -222,6 +232,15 @@ class ClusterConfig:
 
     def port(self, node: int) -> int:
         return self.port_base + node  # controller 0 -> base, broker N -> base + N
+
+    def metrics_port(self, broker: int) -> int:
+        return self.port_base + 10 + broker
+
+    def ports(self) -> list[tuple[int, str]]:
+        out = [(self.port(n), node_name(n)) for n in (CONTROLLER_ID, *BROKER_IDS)]
+        if self.jmx_exporter:
+            out += [(self.metrics_port(b), f"{node_name(b)}'s JMX exporter") for b in BROKER_IDS]
+        return out
 
     @property
     def bootstrap(self) -> str:
@@ -413,15 +432,14 @@ class KafkaCluster:
         return self
 
     def _check_ports(self) -> None:
-        for node in self.nodes:
-            port = self.conf.port(node)
+        for port, what in self.conf.ports():
             with socket.socket() as s:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
                     raise ClusterError(
-                        f"port {port} ({node_name(node)}) is in use on 127.0.0.1: stop what "
+                        f"port {port} ({what}) is in use on 127.0.0.1: stop what "
                         "holds it or choose other ports with ISR_KAFKA_PORT_BASE") from None
 
     def _format(self, java: str) -> None:
@@ -464,7 +482,12 @@ class KafkaCluster:
         self.libs = self.libs or resolve_jars()
         d = self.node_dir(node)
         heap = self.conf.controller_heap if node == CONTROLLER_ID else self.conf.broker_heap
-        cmd = self._java(java, "kafka.Kafka", heap=heap, node_dir=d) + [str(d / "server.properties")]
+        cmd = self._java(java, "kafka.Kafka", heap=heap, node_dir=d)
+        if node != CONTROLLER_ID and self.conf.jmx_exporter:
+            agent = next((self.libs / "agent").glob(f"{JMX_AGENT}-*.jar"))
+            cmd.insert(1, f"-javaagent:{agent}=127.0.0.1:{self.conf.metrics_port(node)}:"
+                          f"{JMX_EXPORTER_CONFIG}")
+        cmd.append(str(d / "server.properties"))
         with open(d / "logs" / "kafka.out", "ab") as out:
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=d,
@@ -622,6 +645,21 @@ class KafkaCluster:
         if skip_record_metadata:
             args.append("--skip-record-metadata")
         return self.tool("org.apache.kafka.tools.DumpLogSegments", args)
+
+    def broker_metrics(self, broker: int) -> dict[str, float]:
+        """The broker's ReplicaManager metrics from its JMX exporter
+        (jvm/kafka/jmx-exporter.yaml), by Prometheus name."""
+        from urllib.request import urlopen
+
+        url = f"http://127.0.0.1:{self.conf.metrics_port(broker)}/metrics"
+        with urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("kafka_server_replicamanager_"):
+                name, value = line.rsplit(" ", 1)
+                out[name.split("{")[0]] = float(value)
+        return out
 
     def rss(self) -> dict[int, int]:
         return {n: rss_bytes(pid) for n in self.nodes if (pid := self.pid(n)) is not None}

@@ -67,7 +67,20 @@ class Run:
     def __init__(self, kafka: KafkaCluster, tmp_path: Path) -> None:
         self.kafka, self.tmp = kafka, tmp_path
         self.offsets = {b: self._size(b) for b in BROKER_IDS}
+        self.server_log = {b: self.kafka.log(b).stat().st_size for b in BROKER_IDS}
+        self.counters = {b: self.kafka.broker_metrics(b) for b in BROKER_IDS}
         self.start_ms = int(time.time() * 1000)
+
+    def counted(self, broker: int, name: str) -> int:
+        """How much the broker's own counter `name` rose since the start."""
+        key = f"kafka_server_replicamanager_{name}_total"
+        return int(self.kafka.broker_metrics(broker)[key] - self.counters[broker][key])
+
+    def logged(self, broker: int, text: str) -> int:
+        """Lines of the broker's server.log since the start that contain `text`."""
+        with open(self.kafka.log(broker), "rb") as f:
+            f.seek(self.server_log[broker])
+            return sum(text.encode() in line for line in f)
 
     def _size(self, broker: int) -> int:
         path = self.kafka.log(broker, "kafka-request.log")
@@ -119,6 +132,13 @@ def wait_for(predicate, seconds: float, what: str):
     raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
+def shrink_tolerance_ms(kafka: KafkaCluster) -> float:
+    """A leader checks its ISR every replica.lag.time.max.ms / 2 on its own
+    schedule, which no log shows, and its shrink is committed an AlterPartition
+    round trip later: the monitor's shrink is within that of the commit."""
+    return kafka.conf.replica_lag_time_max_ms / 2 + 1000
+
+
 def commits_of(events: list[dict]) -> dict[int, list[tuple[list[int], int]]]:
     """partition -> [(sorted ISR, commit ts)] after creation."""
     out: dict = {}
@@ -163,9 +183,23 @@ def test_a_paused_follower_is_shrunk_then_expanded_and_the_monitor_agrees(kafka,
         assert [(a, isr) for a, isr, _ts in mine] == [("shrink", [1, 2]), ("expand", [1, 2, 3])]
         for (action, _isr, ts), (_isr2, committed) in zip(mine, cluster[p]):
             timing.append((p, action, committed, ts - committed))
-            assert abs(ts - committed) <= lag / 2, timing
+            assert abs(ts - committed) <= (shrink_tolerance_ms(kafka) if action == "shrink"
+                                           else lag / 2), timing
     assert not run.decisions(outputs, idle)
     print("\nfault pause:", json.dumps(timing))
+    # The brokers' own counters (JMX exporter, section 5 of issue 22): a
+    # leader counts a change in IsrShrinksPerSec / IsrExpandsPerSec when the
+    # AlterPartition response commits it, the moment it logs `ISR updated`;
+    # a change it learns first from the metadata log is in neither
+    # (docs/real-kafka.md), so the brokers count at most what we decide.
+    counts = {}
+    for b in sorted(set(leaders.values()) - {paused}):
+        mine = [d for d in ours if leaders[d["partition"]] == b]
+        theirs = run.counted(b, "isrshrinkspersec") + run.counted(b, "isrexpandspersec")
+        assert theirs == run.logged(b, "ISR updated to")
+        assert theirs <= len(mine) == 2 * sum(leader == b for leader in leaders.values())
+        counts[b] = {"ours": len(mine), "brokers": theirs}
+    print("counts:", json.dumps(counts))
 
 
 def test_a_killed_broker_is_fenced_its_leaders_move_and_it_rejoins(kafka, tmp_path):
@@ -213,7 +247,7 @@ def test_a_killed_broker_is_fenced_its_leaders_move_and_it_rejoins(kafka, tmp_pa
             assert cluster[p][0][1] - killed_ms <= lag * 1.5 + 1500
             assert mine[0][:2] == ("shrink", without)
             timing.append((p, "shrink", cluster[p][0][1], mine[0][2] - cluster[p][0][1]))
-            assert abs(mine[0][2] - cluster[p][0][1]) <= lag / 2
+            assert abs(mine[0][2] - cluster[p][0][1]) <= shrink_tolerance_ms(kafka)
         assert mine and mine[-1][:2] == ("expand", [1, 2, 3]), mine
         timing.append((p, "expand", cluster[p][-1][1], mine[-1][2] - cluster[p][-1][1]))
         assert abs(mine[-1][2] - cluster[p][-1][1]) <= lag / 2
