@@ -41,6 +41,7 @@ def kafka_test_config():
     return ClusterConfig.from_env(
         dir=Path(os.environ.get("ISR_KAFKA_TEST_DIR", REPO / "tmp" / "kafka-test-cluster")),
         port_base=int(os.environ.get("ISR_KAFKA_TEST_PORT_BASE", "19250")),
+        jmx_exporter=True,  # the tests compare the brokers' own counters with ours
         detach=False)
 
 
