@@ -296,3 +296,61 @@ def test_a_controlled_shutdown_moves_leaders_then_the_broker_rejoins(kafka, tmp_
                                           "states": states, "changes": timing,
                                           "first_commits": {p: c[0][1] - stopped_ms
                                                             for p, c in cluster.items()}}))
+
+
+def test_live_taps_follow_the_cluster_through_a_pause(kafka, tmp_path):
+    """The taps as they run beside a cluster (issue 22 section 3): `isr tap
+    request-log -F` on each broker's growing request log (topic ids asked
+    from the cluster) and `isr tap metadata --poll`, started before the
+    fault and stopped with SIGTERM after it; replayed, their events give the
+    paused follower's shrink and expand on the partitions of leaders 1 and 2."""
+    import signal
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    paused = 3
+    topic = f"live-{uuid.uuid4().hex[:6]}"
+    create_topics(kafka, (topic, 3))
+    taps = []
+    for b in BROKER_IDS:
+        taps.append((tmp_path / f"broker-{b}.jsonl",
+                     ["request-log", str(kafka.log(b, "kafka-request.log")), "-F", "--broker",
+                      str(b), "--topic-ids", kafka.bootstrap]))
+    taps.append((tmp_path / "poll.jsonl",
+                 ["metadata", "--poll", kafka.bootstrap, "--interval-s", "0.5"]))
+    procs = [subprocess.Popen([sys.executable, "-m", "isr.cli", "tap", *args, "--to", str(out),
+                               "-q"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+             for out, args in taps]
+    try:
+        # the poller's first snapshot (its client takes seconds to start here)
+        wait_for(lambda: taps[-1][0].exists() and topic in taps[-1][0].read_text(), 60,
+                 "the metadata poller's first poll")
+        with producing(kafka, topic) as counts:
+            time.sleep(3)
+            kafka.pause(paused)
+            time.sleep(2.5 * kafka.conf.replica_lag_time_max_ms / 1000)
+            kafka.resume(paused)
+            wait_for(lambda: all(len(isr) == 3 for _l, isr in isr_of(kafka, topic).values()),
+                     30, "the paused broker back in every ISR")
+            time.sleep(2)
+    finally:
+        stopped = time.monotonic()
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        errors = [p.communicate(timeout=20)[1] for p in procs]
+    assert time.monotonic() - stopped < 10, "a tap did not stop on SIGTERM within seconds"
+    assert [p.returncode for p in procs] == [0] * len(procs), errors
+    assert counts["failed"] == 0
+    leaders = {p: leader for p, (leader, _isr) in isr_of(kafka, topic).items()}
+    r = cli("replay", "--merge", *[str(out) for out, _ in taps], "--no-state", "-q", "--set",
+            f"monitor.replica_lag_time_max_ms={kafka.conf.replica_lag_time_max_ms}")
+    assert r.returncode == 0, r.stderr
+    ours = [json.loads(line) for line in r.stdout.splitlines()]
+    for p, leader in leaders.items():
+        if leader == paused:
+            continue
+        mine = [(d["action"], sorted(d["isr_after"])) for d in ours
+                if d["type"] == "isr_change" and (d["topic"], d["partition"]) == (topic, p)]
+        assert mine == [("shrink", [1, 2]), ("expand", [1, 2, 3])], (p, mine)
