@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from isr.kafka import cluster as kc
+from isr.kafka import jars
 
 SCRIPT = kc.REPO / "scripts" / "kafka-cluster"
 
@@ -52,15 +53,15 @@ def test_no_java_says_how_to_install_it(tmp_path):
 
 def test_a_corrupt_jar_cache_is_named_with_the_remedy(tmp_path, monkeypatch):
     monkeypatch.setenv("ISR_KAFKA_CACHE", str(tmp_path))
-    libs = tmp_path / f"kafka-{kc.kafka_version()}" / "libs"
+    libs = tmp_path / f"kafka-{jars.kafka_version()}" / "libs"
     libs.mkdir(parents=True)
     broken = b"PK\x03\x04 a jar cut short"
     (libs / "kafka-clients.jar").write_bytes(broken)
     (libs / "manifest.json").write_text(json.dumps(
-        {"pom": kc._pom_digest(), "jars": {"kafka-clients.jar": len(broken)}}))
-    with pytest.raises(kc.ClusterError, match=r"is corrupt \(kafka-clients.jar is not a "
+        {"pom": jars._pom_digest(), "jars": {"kafka-clients.jar": len(broken)}}))
+    with pytest.raises(jars.ClusterError, match=r"is corrupt \(kafka-clients.jar is not a "
                                               r"readable jar\): remove it \(rm -rf "):
-        kc.resolve_jars()
+        jars.resolve_jars()
 
 
 @pytest.mark.skipif(shutil.which("mvn") is None, reason="needs Maven (mvn)")
@@ -77,8 +78,8 @@ def test_maven_unreachable_is_its_own_error(tmp_path, monkeypatch):
     monkeypatch.setenv("ISR_KAFKA_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("ISR_KAFKA_MVN_ARGS",
                        f"-s {settings} -Dmaven.repo.local={tmp_path / 'm2'}")
-    with pytest.raises(kc.MavenUnreachable, match="Maven Central is unreachable"):
-        kc.resolve_jars(quiet=True)
+    with pytest.raises(jars.MavenUnreachable, match="Maven Central is unreachable"):
+        jars.resolve_jars(quiet=True)
 
 
 def test_broker_properties_follow_the_docs():
