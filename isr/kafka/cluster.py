@@ -412,8 +412,12 @@ class KafkaCluster:
         should run and does not."""
         for node, state in self.expected.items():
             if state != "stopped" and self.pid(node) is None:
-                proc = self.procs.get(node)
-                code = proc.poll() if proc is not None else None
+                proc, code = self.procs.get(node), None
+                if proc is not None:  # ours: its exit status (-9 for SIGKILL)
+                    try:
+                        code = proc.wait(timeout=2)
+                    except subprocess.TimeoutExpired:
+                        pass
                 self.expected[node] = "stopped"
                 raise NodeDied(
                     f"Kafka {node_name(node)} died (exit {code}); last lines of "

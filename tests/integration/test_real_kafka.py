@@ -4,6 +4,7 @@ replicates, writes the logs the taps read, and leaves nothing behind."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -91,3 +92,21 @@ def test_no_node_outlives_a_killed_test_run(kafka, tmp_path):
     while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
         time.sleep(0.1)
     assert not [p for p in pids if os.path.exists(f"/proc/{p}")]
+
+
+def test_a_broker_that_dies_is_reported_with_its_server_log(kafka):
+    """A node gone without the test asking (here a kill behind the cluster's
+    back) fails the test that used it, with the last lines of its logs."""
+    from isr.kafka.cluster import NodeDied
+
+    os.kill(kafka.pid(3), signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while kafka.pid(3) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with pytest.raises(NodeDied) as died:
+        kafka.check()
+    text = str(died.value)
+    assert text.startswith("Kafka broker-3 died (exit -9); last lines of ")
+    assert "/broker-3/logs/server.log:\n" in text
+    assert re.search(r"\n\[\d{4}-\d\d-\d\d [\d:,]+\] [A-Z]+ ", text)  # its log's tail
+    kafka.check()  # reported once; the next test's `kafka` restarts it
