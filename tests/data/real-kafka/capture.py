@@ -2,11 +2,18 @@
 fixtures of tests/test_real_kafka_fixtures.py (README.md next to this file).
 
     PYTHONPATH=. .venv/bin/python tests/data/real-kafka/capture.py tests/data/real-kafka/4.4.0
+    PYTHONPATH=. .venv/bin/python tests/data/real-kafka/capture.py tests/data/real-kafka/4.4.0/kill-9 kill
+    PYTHONPATH=. .venv/bin/python tests/data/real-kafka/capture.py tests/data/real-kafka/4.4.0/controlled-shutdown term
 
 Starts the project's cluster (isr/kafka/cluster.py; ISR_KAFKA_PORT_BASE),
 creates `orders` (3 partitions) and `idle` (1 partition, never written), both
-RF 3 with min.insync.replicas=2, produces to `orders` with acks=all, pauses
-broker 3 (SIGSTOP) for 2.5 x replica.lag.time.max.ms, resumes it (SIGCONT),
+RF 3 with min.insync.replicas=2, produces to `orders` with acks=all, and
+- pause (default): pauses broker 3 (SIGSTOP) for 2.5 x replica.lag.time.max.ms
+  and resumes it (SIGCONT);
+- kill: kills broker 2 with SIGKILL, waits until the controller fenced it and
+  moved its leadership, restarts it and waits until it is back in every ISR;
+- term: stops broker 1 with SIGTERM (controlled shutdown), restarts it and
+  waits until it is back in every ISR;
 then keeps each node's log lines from the topics' creation on: the brokers'
 request logs (follower FETCH lines, and the first few others), server.log,
 state-change.log, the controller's controller.log, and the KRaft metadata log
@@ -28,7 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from isr.kafka.cluster import (BROKER_IDS, CONTROLLER_ID, ClusterConfig, KafkaCluster,
                                kafka_version, node_name)
 
-PAUSED = 3
+PAUSED, KILLED, TERMINATED = 3, 2, 1
 OTHER_REQUESTS_KEPT = 5  # per broker: enough to show the tap skipping them
 
 
@@ -66,12 +73,12 @@ def excerpt(src: Path, since_ms: int, requests: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(outdir: Path) -> None:
+def main(outdir: Path, fault: str = "pause") -> None:
     workdir = Path(tempfile.mkdtemp(prefix="kafka-capture-"))
     cluster = KafkaCluster(ClusterConfig.from_env(dir=workdir, detach=False))
     cluster.start()
     try:
-        run = capture(cluster)
+        run = capture(cluster, fault)
         outdir.mkdir(parents=True, exist_ok=True)
         since = run["topics_created_ms"] - 1000
         for broker in BROKER_IDS:
@@ -91,7 +98,54 @@ def main(outdir: Path) -> None:
         cluster.stop(quiet=True)
 
 
-def capture(cluster: KafkaCluster) -> dict:
+def isr_sizes(cluster: KafkaCluster) -> list[tuple[int, int]]:
+    md = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0}).list_topics(
+        "orders", timeout=10)
+    return [(p.leader, len(p.isrs)) for p in md.topics["orders"].partitions.values()]
+
+
+def wait_for(predicate, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"capture: the cluster did not get there in {seconds} s")
+        time.sleep(0.25)
+
+
+def fault_pause(cluster: KafkaCluster, run: dict) -> None:
+    run["paused_broker"] = PAUSED
+    run["pause_ms"] = int(time.time() * 1000)
+    cluster.pause(PAUSED)
+    time.sleep(cluster.conf.replica_lag_time_max_ms * 2.5 / 1000)
+    cluster.resume(PAUSED)
+    run["resume_ms"] = int(time.time() * 1000)
+
+
+def fault_kill(cluster: KafkaCluster, run: dict) -> None:
+    run["killed_broker"] = KILLED
+    run["kill_ms"] = int(time.time() * 1000)
+    cluster.kill(KILLED)
+    wait_for(lambda: all(leader != KILLED and size == 2 for leader, size in isr_sizes(cluster)),
+             cluster.conf.broker_session_timeout_ms / 1000 + 20)
+    run["restart_ms"] = int(time.time() * 1000)
+    cluster.restart_node(KILLED)
+    wait_for(lambda: all(size == 3 for _leader, size in isr_sizes(cluster)), 60)
+
+
+def fault_term(cluster: KafkaCluster, run: dict) -> None:
+    run["stopped_broker"] = TERMINATED
+    run["sigterm_ms"] = int(time.time() * 1000)
+    cluster.stop_node(TERMINATED)
+    run["stopped_ms"] = int(time.time() * 1000)
+    cluster.restart_node(TERMINATED)
+    run["restart_ms"] = int(time.time() * 1000)
+    wait_for(lambda: all(size == 3 for _leader, size in isr_sizes(cluster)), 60)
+
+
+FAULTS = {"pause": fault_pause, "kill": fault_kill, "term": fault_term}
+
+
+def capture(cluster: KafkaCluster, fault: str) -> dict:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     topics = [NewTopic("orders", 3, 3, config={"min.insync.replicas": "2"}),
               NewTopic("idle", 1, 3, config={"min.insync.replicas": "2"})]
@@ -106,7 +160,8 @@ def capture(cluster: KafkaCluster) -> dict:
         counts["failed" if err else "acked"] += 1
 
     def produce():
-        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
+                      "log_level": 0})  # a stopped broker's refused connections
         n = 0
         while not stop.is_set():
             p.produce("orders", key=str(n % 30).encode(), value=b"x" * 100,
@@ -119,13 +174,8 @@ def capture(cluster: KafkaCluster) -> dict:
     producer = threading.Thread(target=produce)
     producer.start()
     time.sleep(4)
-    pause_s = cluster.conf.replica_lag_time_max_ms * 2.5 / 1000
-    run["paused_broker"] = PAUSED
-    run["pause_ms"] = int(time.time() * 1000)
-    cluster.pause(PAUSED)
-    time.sleep(pause_s)
-    cluster.resume(PAUSED)
-    run["resume_ms"] = int(time.time() * 1000)
+    run["fault"] = fault
+    FAULTS[fault](cluster, run)
     time.sleep(6)
     stop.set()
     producer.join()
@@ -136,4 +186,4 @@ def capture(cluster: KafkaCluster) -> dict:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), *sys.argv[2:3])
