@@ -232,6 +232,7 @@ class KafkaCluster:
         self.procs: dict[int, subprocess.Popen] = {}
         self.expected: dict[int, str] = {}  # node -> running | paused | stopped
         self.libs: Optional[Path] = None
+        self._log_start: dict[int, int] = {}  # where each node's current run begins in server.log
         self._atexit = False
 
     # --------------------------------------------------------- paths
@@ -276,11 +277,11 @@ class KafkaCluster:
         wait until each broker logged that it started and Metadata lists them."""
         left = self.running()
         if left:
-            if self.conf.detach and not fresh:
+            if self.conf.detach:  # someone's cluster (the script's): not ours to wipe
                 raise ClusterError(f"the cluster in {self.conf.dir} already runs "
                                    f"(pids {[self.pid(n) for n in left]}): "
                                    "scripts/kafka-cluster stop first")
-            self.stop(quiet=True)  # a run that was killed left these behind
+            self.stop(quiet=True)  # a test run that was killed left these behind
         java = java_binary()
         self._check_ports()
         self.libs = resolve_jars()
@@ -369,7 +370,6 @@ class KafkaCluster:
     def _mark_start(self, node: int) -> None:
         """Where this start's lines begin in server.log (a restart appends)."""
         path = self.log(node)
-        self._log_start = getattr(self, "_log_start", {})
         self._log_start[node] = path.stat().st_size if path.exists() else 0
 
     def _started(self, node: int) -> bool:
@@ -377,7 +377,7 @@ class KafkaCluster:
         if not path.exists():
             return False
         with open(path, "rb") as f:
-            f.seek(getattr(self, "_log_start", {}).get(node, 0))
+            f.seek(self._log_start.get(node, 0))
             return b"Kafka Server started" in f.read()
 
     def wait_ready(self, timeout_s: float = 60.0, nodes: Optional[Iterable[int]] = None) -> float:
