@@ -1,8 +1,9 @@
 """The taps on what a real Apache Kafka 4.4.0 cluster wrote while a follower
 was paused (tests/data/real-kafka/README.md: the run, the commands), and the
 monitor's decisions against the ISR the cluster committed. Runs without Java
-or Maven. The xfail(strict) tests are the taps' known gaps on real material
-(docs/real-kafka.md): each fails loudly once fixed, so its mark goes."""
+or Maven. What the server.log and state-change.log taps make of the same
+files is tests/test_tap_real_kafka.py's (branch log-formats); the xfail tests
+are the monitor's known gaps on real material (docs/real-kafka.md)."""
 
 from __future__ import annotations
 
@@ -112,17 +113,6 @@ def test_metadata_tap_sees_the_brokers_register_and_unfence():
     assert "unreadable record payload" not in tap.skipped
 
 
-@pytest.mark.xfail(strict=True, reason="the metadata tap does not read --skip-record-metadata "
-                                       "output (` | payload: {...}` lines), issue 22 section 6")
-def test_metadata_tap_reads_the_dump_without_record_metadata():
-    tap = MetadataLogTap()
-    events = list(events_of(tap, lines("metadata-skip-record-metadata.dump")))
-    isr = [(e["topic"], e["partition"], sorted(e["isr"])) for e in events if e["type"] == "isr"]
-    _, full = metadata_tap()
-    assert isr == [(e["topic"], e["partition"], sorted(e["isr"])) for e in full
-                   if e["type"] == "isr"]
-
-
 # ------------------------------------------------------------------ request log
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: r.name)
 @pytest.mark.parametrize("broker", BROKERS)
@@ -175,48 +165,6 @@ def test_server_log_commits_that_are_there_match_the_metadata_log():
             assert leaders()[key] == broker
             seen.append((key, e["partition_epoch"]))
     assert (("orders", 2), 1) in seen  # the paused leader's own shrink to [3]
-
-
-try:  # the state-change.log tap (branch log-formats, issue 22 section 6)
-    from isr.tap.state_change import StateChangeTap
-except ImportError:
-    StateChangeTap = None
-
-
-@pytest.mark.xfail(StateChangeTap is None, strict=True,
-                   reason="Kafka 4.x: a commit the leader learns from the metadata before the "
-                          "AlterPartition response has no `ISR updated` line; it is only in "
-                          "state-change.log, and no tap reads that yet")
-def test_server_log_and_state_change_log_give_every_commit_of_their_leader():
-    committed = commits()
-    for broker in BROKERS:
-        _tap, events = server_log_events(broker)
-        tap = StateChangeTap()
-        events += list(events_of(tap, lines(f"broker-{broker}-state-change.log")))
-        got = {(e["topic"], e["partition"], e["partition_epoch"]) for e in events
-               if e["type"] == "isr"}
-        for key, leader in leaders().items():
-            if leader == broker:
-                for epoch, _isr in committed[key][1:]:
-                    assert (*key, epoch) in got
-
-
-@pytest.mark.xfail(strict=True, reason="the server-log tap pins a proposal to the next commit of "
-                                       "the partition even when it is another change")
-def test_server_log_proposal_rides_only_on_its_own_commit():
-    for broker in BROKERS:
-        _tap, events = server_log_events(broker)
-        for e in events:
-            if "kafka_log" in e:
-                target = e["kafka_log"].split(" to ", 1)[1].split(".")[0]
-                assert sorted(int(x) for x in target.split(",")) == sorted(e["isr"]), e
-
-
-@pytest.mark.xfail(strict=True, reason="a proposal without its commit line vanishes at the end "
-                                       "of input, uncounted (issue 22 section 6)")
-def test_server_log_proposal_without_a_commit_is_reported():
-    tap, _events = server_log_events(2)  # orders-1: `Shrinking ISR`, no `ISR updated`
-    assert any("proposal" in reason for reason in list(tap.skipped) + list(tap.approximate))
 
 
 # ------------------------------------------------------------------ the monitor
