@@ -99,9 +99,9 @@ def run_demo(config: Optional[str], overrides: list[str], duration: Optional[flo
     try:  # before anything starts: the broker comes from an optional extra
         tansu_binary()
     except EmbeddedBrokerError as exc:
-        raise ConfigError(f"demo: {exc}") from None
+        raise ConfigError(str(exc)) from None
     if broker_port is not None and not _port_free(broker_port):
-        raise ConfigError(f"demo: --broker-port {broker_port}: already in use")
+        raise ConfigError(f"--broker-port {broker_port}: already in use")
     load_settings(config, DEMO_OVERRIDES + list(overrides))  # a mistake stops us before any start
     os.environ.setdefault("ISR_SPARK_LOG_LEVEL", "ERROR")  # keep the terminal readable
     stages = Stages(console)
@@ -110,7 +110,7 @@ def run_demo(config: Optional[str], overrides: list[str], duration: Optional[flo
             stages.stage(f"broker up at {broker.bootstrap} (embedded Tansu)")
             return _with_broker(broker, config, overrides, duration, stages)
     except EmbeddedBrokerError as exc:
-        print(f"isr: demo: {exc}", file=sys.stderr)
+        print(f"isr demo: {exc}", file=sys.stderr)
         return 1
 
 
@@ -169,7 +169,7 @@ def _show_changes(query, settings: Settings, bootstrap: str, duration: Optional[
     try:
         while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
             if query.exception() is not None:  # one line, the report in a file
-                return _failed(query.exception(), "isr: demo")
+                return _failed(query.exception(), "isr demo")
             if stages.done < STAGES and _batch_started(query):
                 stages.stage("first batch: the job is reading the events so far; the first "
                              f"ISR change is due from about {due}")

