@@ -192,8 +192,10 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
 
 
 def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
-                 master: Optional[str] = None):
-    """`isr run` and jobs/isr_monitor.py: Kafka in, Kafka out. Returns the query."""
+                 master: Optional[str] = None, tally=None):
+    """`isr run` and the spark-submit job (isr/jobs/isr_monitor.py): Kafka in,
+    Kafka out. Returns the query. `tally` (stream.tally.RunTally): counts
+    what the job read and wrote, for the end-of-run summary."""
     from isr.alerts.delivery import Deliverer
     from isr.kafka.client import client_config, ensure_topics
     from isr.metrics import Metrics
@@ -221,11 +223,15 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
     if metrics is not None:
         metrics.serve()
         watch_progress(spark, settings.stream.query_name, metrics.observe_progress)
+    if tally is not None:
+        watch_progress(spark, settings.stream.query_name, tally.observe_progress)
 
     def write(batch_id: int, records: list[OutputRecord]) -> None:
         sink.write_batch(batch_id, records)  # Kafka first: the alert topic is the record
         if deliverer is not None:  # bounded by delivery.batch_budget_s
             deliverer.deliver(alerts_in(records))
+        if tally is not None:
+            tally.observe_records(records)
         if metrics is not None:
             metrics.observe_records(records)
             if deliverer is not None:

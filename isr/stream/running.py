@@ -54,9 +54,21 @@ def _quiet_accumulator_server(sc) -> None:
     server.handle_error = handle_error
 
 
-def run_until_stopped(query, name: str = "isr") -> int:
+def run_until_stopped(query, name: str = "isr", tally=None) -> int:
     """Wait for the query: 0 when it ends by itself (--available-now), 130
-    after Ctrl-C / SIGTERM, 1 when it fails (one line on stderr)."""
+    after Ctrl-C / SIGTERM, 1 when it fails (one line on stderr). `tally`
+    (stream.tally.RunTally): its summary is printed when the job ends."""
+    code = _wait(query, name)
+    if tally is not None and code != 1:
+        try:
+            tally.observe_query(query)
+        except Exception:  # noqa: BLE001 - a stopped session: the listener's counts stand
+            pass
+        tally.print()
+    return code
+
+
+def _wait(query, name: str) -> int:
     with StopOnSignal() as stop:
         while not stop():
             try:

@@ -1,0 +1,209 @@
+"""The job on a real Spark standalone cluster (issue 26): a master and two
+1-core workers on 127.0.0.1 started from the installed pyspark
+(tests/cluster.py), executors whose Python has the dependencies but not
+`isr`, and the job submitted exactly as docs/streaming.md ("On a cluster")
+says. Its outputs must equal `isr replay` of the same events."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import workload
+from cluster import clean_env, spark_home
+
+from isr.config import load_settings
+from isr.replay import replay
+from isr.stream.sink import read_to_end
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+BASE = [f"monitor.replica_lag_time_max_ms={workload.LAG_MS}", "monitor.allowed_lateness_ms=1000"]
+
+
+def config_file(tmp_path: Path, broker, name: str) -> Path:
+    """The job's configuration for one test: topics and a query of its own."""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f"""
+[monitor]
+replica_lag_time_max_ms = {workload.LAG_MS}
+allowed_lateness_ms = 1000
+[kafka]
+bootstrap_servers = "{broker.bootstrap}"
+[input]
+topics = ["{name}.in"]
+max_offsets_per_trigger = 2000
+[output]
+changes_topic = "{name}.changes"
+state_topic = "{name}.state"
+dead_letter_topic = "{name}.dead"
+alerts_topic = "{name}.alerts"
+commit_topic = "{name}.commits"
+partitions = 1
+[stream]
+checkpoint_location = "{tmp_path / name / 'checkpoint'}"
+query_name = "{name}"
+state_buckets = 2
+""")
+    return path
+
+
+def spark_submit(cluster, driver_python: Path, executor_python: Path, args: list[str],
+                 cwd: Path, env: dict | None = None, timeout: float = 300):
+    """spark-submit to the cluster, as a user runs it (in a clean environment:
+    nothing puts `isr` on a path but what the command ships)."""
+    env = {**clean_env(PYSPARK_PYTHON=str(executor_python),
+                       PYSPARK_DRIVER_PYTHON=str(driver_python),
+                       ISR_SPARK_LOG_LEVEL="ERROR"), **(env or {})}
+    cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url,
+           *cluster.conf(), *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def records(broker, topic: str) -> list[dict]:
+    return [json.loads(m.value()) for m in read_to_end({"bootstrap.servers": broker.bootstrap},
+                                                        {(topic, 0): 0})]
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory):
+    """`isr replay` of the workload: what every run on the cluster must write."""
+    return replay_of(tmp_path_factory.mktemp("replay"))
+
+
+def replay_of(tmp: Path) -> dict:
+    path = tmp / "events.jsonl"
+    workload.write_file(path, workload.lines())
+    result = replay([str(path)], load_settings(None, BASE).monitor)
+    # The stream decides what lies below its last watermark; a bounded replay
+    # also flushes the last allowed_lateness_ms of input.
+    watermark = max(e["ts"] for e in workload.events()) - 1000
+    final = [json.loads(d.model_dump_json()) for d in result.decisions if d.ts < watermark]
+    return {"isr_change": sorted((d for d in final if d["type"] == "isr_change"),
+                                 key=lambda d: d["id"]),
+            "alert": sorted((d for d in final if d["type"] == "alert"), key=lambda d: d["id"]),
+            "dead": sorted(d.reason for d in result.dead_letters)}
+
+
+def assert_outputs_equal_replay(broker, name: str, expected: dict) -> None:
+    changes = sorted(records(broker, f"{name}.changes"), key=lambda d: d["id"])
+    assert changes == expected["isr_change"]
+    assert len(changes) >= 4
+    alerts = sorted(records(broker, f"{name}.alerts"), key=lambda d: d["id"])
+    assert alerts == expected["alert"]
+    assert sorted(d["reason"] for d in records(broker, f"{name}.dead")) == expected["dead"]
+
+
+def input_topic(broker, name: str) -> None:
+    broker.create_topics([f"{name}.in"], 2)
+    workload.produce(broker.bootstrap, f"{name}.in", workload.lines())
+
+
+def app_id(driver_log: str) -> str:
+    return re.search(r"Connected to Spark cluster with app ID (app-[\d-]+)", driver_log).group(1)
+
+
+def state_partitions_by_executor(cluster, app: str) -> dict[str, set[int]]:
+    """The state store partitions (buckets) each executor of the application
+    loaded, from the executors' own logs (work/APP/EXECUTOR/stderr)."""
+    found: dict[str, set[int]] = {}
+    for log in cluster.base.glob(f"work*/{app}/*/stderr"):
+        parts = {int(m) for m in re.findall(r"StateStoreId\[ operatorId=\d+, partitionId=(\d+)",
+                                            log.read_text(errors="replace"))}
+        if parts:
+            found[log.parent.name] = parts
+    return found
+
+
+def documented_commands(block: int) -> list[str]:
+    """The commands of the `block`th shell block of docs/streaming.md's "On a
+    cluster" section, continuation lines joined."""
+    text = (ROOT / "docs/streaming.md").read_text()
+    section = text.split("### On a cluster", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    return [c.strip() for c in blocks[block].replace("\\\n", " ").splitlines() if c.strip()]
+
+
+def run_documented(cluster, block: int, workdir: Path, python: Path, broker, name: str):
+    """Run a documented block as a user would, in a copy of the repository
+    with its isr.toml; spark-defaults.conf pins the test cluster's ports."""
+    shutil.copytree(ROOT, workdir, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "tests", "bench", "dist", "build", "*.egg-info", "__pycache__"),
+        dirs_exist_ok=True)
+    config_file(workdir, broker, name).rename(workdir / "isr.toml")
+    conf_dir = workdir / "spark-conf"
+    conf_dir.mkdir(exist_ok=True)
+    (conf_dir / "spark-defaults.conf").write_text(
+        "".join(c.replace("=", " ", 1) + "\n" for c in cluster.conf()[1::2]))
+    env = clean_env(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python),
+                    ISR_SPARK_LOG_LEVEL="ERROR", SPARK_MASTER=cluster.master_url,
+                    SPARK_CONF_DIR=str(conf_dir),
+                    PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    last = None
+    for command in documented_commands(block):
+        last = subprocess.run(["bash", "-c", command], cwd=workdir, env=env,
+                              capture_output=True, text=True, timeout=400)
+        assert last.returncode == 0, f"{command}\n{last.stderr[-3000:]}\n{last.stdout[-2000:]}"
+    return last
+
+
+def test_the_wheel_shipped_with_py_files_runs_on_executors_without_isr(
+        spark_cluster, python_without_isr, broker, replayed, tmp_path):
+    name = f"cl{uuid.uuid4().hex[:6]}"
+    input_topic(broker, name)
+    assert "--py-files dist/isr_monitor-0.1.0-py3-none-any.whl" in documented_commands(0)[-1]
+    out = run_documented(spark_cluster, 0, tmp_path / "repo", python_without_isr, broker, name)
+    assert_outputs_equal_replay(broker, name, replayed)
+    # The end-of-run summary, as `isr replay` prints it (spark-submit sends
+    # the Python driver's stdout and stderr to its stdout).
+    assert "ISR decisions by policy" in out.stdout
+    shrinks = sum(1 for c in replayed["isr_change"] if c["action"] == "shrink"
+                  and c["cause"] == "leader")
+    assert re.search(rf"kafka\s+{shrinks}\s+0\s+1\s+4\s", out.stdout), out.stdout
+    read = len(workload.lines())
+    assert f"{read} events read, {read - 3} accepted" in out.stdout, out.stdout
+    # Both buckets' state, on both executors.
+    by_executor = state_partitions_by_executor(spark_cluster, app_id(out.stderr))
+    assert len(by_executor) == 2, by_executor
+    assert set().union(*by_executor.values()) == {0, 1}
+
+
+def test_a_packed_environment_ships_the_package_and_its_dependencies(
+        spark_cluster, broker, replayed, tmp_path):
+    name = f"cl{uuid.uuid4().hex[:6]}"
+    input_topic(broker, name)
+    # The nodes' Python has nothing: the base interpreter without packages.
+    bare = Path(sys._base_executable)
+    commands = documented_commands(1)
+    assert any("--archives env.tar.gz#env" in c for c in commands)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                    str(repo / "dist"), str(ROOT)], check=True, capture_output=True)
+    run_documented(spark_cluster, 1, repo, bare, broker, name)
+    assert_outputs_equal_replay(broker, name, replayed)
+
+
+def test_a_submit_whose_executors_cannot_import_isr_ends_in_one_line(
+        spark_cluster, python_without_isr, broker, tmp_path):
+    name = f"cl{uuid.uuid4().hex[:6]}"
+    input_topic(broker, name)
+    config = config_file(tmp_path, broker, name)
+    # The driver has the package (this checkout), the executors have not.
+    out = spark_submit(spark_cluster, Path(sys.executable), python_without_isr,
+                       [str(ROOT / "jobs/isr_monitor.py"), "--config", str(config),
+                        "--available-now"], cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 1, out.stderr[-4000:]
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("isr_monitor: the job stopped: the executors cannot import 'isr': "
+                           "ship the package with spark-submit --py-files"), out.stderr[-3000:]
+    printed = out.stdout + out.stderr
+    assert "Traceback" not in printed and "Py4J" not in printed, printed[-3000:]
