@@ -73,7 +73,8 @@ class Worker:
         self.index, self.proc, self.log, self.workdir = index, proc, log, workdir
 
     def kill(self) -> None:
-        """SIGKILL the worker and its executor (the whole process group)."""
+        """SIGKILL the worker and its executors (the whole process group):
+        a machine lost, as far as Spark can tell."""
         _stop(self.proc, signal.SIGKILL)
 
 
@@ -123,8 +124,10 @@ class StandaloneCluster:
                                   ["--host", HOST, "--port", str(p), "--webui-port", str(p + 1),
                                    "--properties-file", str(self._props("master"))], log)
         _wait_port(p, self.master, log)
-        for i in range(self.n_workers):
-            self.add_worker(i)
+        for i in range(self.n_workers):  # the JVMs start side by side
+            self.add_worker(i, wait=False)
+        for w in self.workers:
+            _wait_port(self.port_base + 10 + w.index, w.proc, w.log)
         self.wait_workers(self.n_workers)
         return self
 
@@ -134,7 +137,7 @@ class StandaloneCluster:
                         "spark.worker.cleanup.enabled=false\n")
         return path
 
-    def add_worker(self, i: int) -> Worker:
+    def add_worker(self, i: int, wait: bool = True) -> Worker:
         p = self.port_base
         log = self.base / f"worker{i}.log"
         workdir = self.base / f"work{i}"
@@ -144,17 +147,28 @@ class StandaloneCluster:
                             "--memory", "640m", "--work-dir", str(workdir),
                             "--properties-file", str(self._props("worker")), self.master_url],
                            log)
-        _wait_port(p + 10 + i, proc, log)
+        if wait:
+            _wait_port(p + 10 + i, proc, log)
         worker = Worker(i, proc, log, workdir)
         self.workers.append(worker)
         return worker
+
+    def restart_worker(self, i: int) -> None:
+        """A new worker in place of worker i (after it was killed)."""
+        self.workers = [w for w in self.workers if w.index != i]
+        registered = self._registered()
+        self.add_worker(i)
+        self.wait_workers(registered + 1)
+
+    def _registered(self) -> int:
+        return (self.base / "master.log").read_text(errors="replace").count("Registering worker")
 
     def wait_workers(self, n: int, timeout: float = 60) -> None:
         """Until the master's log says n workers registered."""
         log = self.base / "master.log"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if log.read_text(errors="replace").count("Registering worker") >= n:
+            if self._registered() >= n:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"{n} workers did not register: {log.read_text()[-2000:]}")

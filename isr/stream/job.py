@@ -22,7 +22,6 @@ from isr.stream.packing import PACKED_SCHEMA, make_packer
 from isr.stream.buckets import AUTO, SHUFFLE_PARTITIONS, resolve
 from isr.stream.partitioning import bucket_labels
 
-KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 STATE_STORE_PROVIDERS = {
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
@@ -55,6 +54,12 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
                # every few batches: ~0.35 s instead of ~0.7 s a commit here.
                .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
                        "true"))
+    if settings.input.source == "kafka":
+        from isr.stream.connector import kafka_jars
+
+        jars = kafka_jars()
+        if jars:
+            builder = builder.config("spark.jars", ",".join(jars))
     for key, value in settings.stream.spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -106,7 +111,7 @@ def read_source(spark, settings: Settings, pack_live: Optional[bool] = None):
         spark.dataSource.register(IsrKafkaDataSource)
         fmt = "isr_kafka"
     else:
-        fmt = "kafka"  # needs the connector jar (--packages KAFKA_PACKAGE:<spark version>)
+        fmt = "kafka"  # needs the connector's jars (connector.py)
     reader = spark.readStream.format(fmt)
     for k, v in source_options(settings).items():
         reader = reader.option(k, v)
@@ -117,10 +122,9 @@ def read_source(spark, settings: Settings, pack_live: Optional[bool] = None):
         df = reader.load()
     except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException
         if fmt == "kafka" and "kafka" in str(exc).lower():
-            raise RuntimeError(
-                "input.source = \"kafka\" needs Spark's Kafka connector: run with "
-                f"spark-submit --packages {KAFKA_PACKAGE}:<your Spark version>, or set "
-                "input.source = \"python\"") from exc
+            from isr.stream.connector import missing_message
+
+            raise RuntimeError(missing_message()) from exc
         raise
     if pack:
         return df

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -207,3 +208,45 @@ def test_a_submit_whose_executors_cannot_import_isr_ends_in_one_line(
                            "ship the package with spark-submit --py-files"), out.stderr[-3000:]
     printed = out.stdout + out.stderr
     assert "Traceback" not in printed and "Py4J" not in printed, printed[-3000:]
+
+
+def test_a_worker_killed_mid_stream_changes_nothing_in_the_outputs(
+        spark_cluster, python_without_isr, broker, wheel, replayed, tmp_path):
+    """Executor lost: its tasks and its buckets' state move to the other
+    executor (the state is reloaded from the checkpoint), and the outputs
+    are still exactly `isr replay`'s. Last in this module: it takes a worker
+    away (and puts a new one in its place)."""
+    name = f"cl{uuid.uuid4().hex[:6]}"
+    input_topic(broker, name)
+    config = config_file(tmp_path, broker, name)
+    config.write_text(config.read_text().replace("max_offsets_per_trigger = 2000",
+                                                 "max_offsets_per_trigger = 120"))
+    commits = tmp_path / name / "checkpoint" / "commits"
+    env = clean_env(PYSPARK_PYTHON=str(python_without_isr),
+                    PYSPARK_DRIVER_PYTHON=str(python_without_isr), ISR_SPARK_LOG_LEVEL="ERROR")
+    log = tmp_path / "driver.log"
+    with open(log, "w") as out:
+        job = subprocess.Popen([str(spark_home() / "bin" / "spark-submit"), "--master",
+                                spark_cluster.master_url, *spark_cluster.conf(),
+                                "--py-files", str(wheel), str(ROOT / "jobs/isr_monitor.py"),
+                                "--config", str(config), "--available-now"],
+                               cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    victim = spark_cluster.workers[-1]
+    try:
+        deadline = time.monotonic() + 240
+        while len(list(commits.glob("[0-9]*"))) < 3:  # three micro-batches done
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        victim.kill()
+        assert job.wait(timeout=400) == 0, log.read_text()[-4000:]
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+        spark_cluster.restart_worker(victim.index)
+    assert_outputs_equal_replay(broker, name, replayed)
+    # The driver's log names the executor that was lost; the job went on.
+    assert re.search(r"Lost executor \d+|Executor app-[\d-]+/\d+ removed", log.read_text()), \
+        log.read_text()[-3000:]
+    assert len(list(commits.glob("[0-9]*"))) > 4

@@ -155,7 +155,8 @@ def test_builtin_kafka_format_without_its_jar_fails_with_instructions(spark):
     s = load_settings(None, ["input.source=kafka"])
     with pytest.raises(RuntimeError) as exc:
         job.read_source(spark, s)
-    assert "--packages org.apache.spark:spark-sql-kafka-0-10_2.13" in str(exc.value)
+    assert "scripts/spark-kafka-jars" in str(exc.value)
+    assert "org.apache.spark:spark-sql-kafka-0-10_2.13:" in str(exc.value)
 
 
 def test_demo_shows_isr_changes_live():
