@@ -107,7 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     query = run_to_kafka(settings, spark=spark, trigger=trigger, tally=tally)
     print(f"isr: query {settings.stream.query_name} running; checkpoint "
           f"{settings.stream.checkpoint_location}", file=sys.stderr)
-    return run_until_stopped(query, tally=tally)
+    return run_until_stopped(query, tally=tally, spark=spark)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

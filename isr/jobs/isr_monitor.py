@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"{NAME}: {exc}", file=sys.stderr)
         return 2
-    return run_until_stopped(query, NAME, tally)
+    return run_until_stopped(query, NAME, tally, spark)
 
 
 if __name__ == "__main__":
