@@ -47,8 +47,10 @@ class RunTally:
         for r in records:
             if r.kind == "isr_change":
                 self.changes.append(IsrChange.model_validate_json(r.value))
-            elif r.kind == "alert":
-                self.alerts.append(Alert.model_validate_json(r.value))
+            elif r.kind == "alert":  # transitions only: repeats would grow without end
+                alert = Alert.model_validate_json(r.value)
+                if not alert.is_repeat:
+                    self.alerts.append(alert)
             elif r.kind == "dead_letter":
                 self.dead_letters[json.loads(r.value).get("reason_class", "other")] += 1
             elif r.kind == "partition_state":
