@@ -7,7 +7,7 @@ tests/cluster.py: master, workers from the installed pyspark).
 
 Everything after --workers N goes to bench_stream.py, with --master set to
 the cluster and --buckets to N (one bucket per executor core). Ports:
-ISR_TEST_SPARK_PORT_BASE (default 19400) and up, as in tests/cluster.py.
+TEST_SPARK_PORT_BASE (default 19400) and up, as in tests/cluster.py.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-PORT_BASE = int(os.environ.get("ISR_TEST_SPARK_PORT_BASE", "19400"))
+PORT_BASE = int(os.environ.get("TEST_SPARK_PORT_BASE", "19400"))
 HOST = "127.0.0.1"
 EXECUTOR_MEMORY = "512m"  # Spark's least (reserved 300 MB × 1.5)
 
