@@ -1,9 +1,6 @@
-"""The streaming job under spark-submit (docs/streaming.md, "On a cluster").
-
-    pip wheel --no-deps . -w dist
-    spark-submit --master spark://HOST:7077 \\
-        --py-files dist/isr_monitor-0.1.0-py3-none-any.whl \\
-        jobs/isr_monitor.py --config conf/isr.toml --set kafka.bootstrap_servers=broker:9092
+"""The streaming job under spark-submit: the commands are in
+docs/streaming.md, "On a cluster" (tests/integration/test_cluster.py runs
+them as written there).
 
 The script (jobs/isr_monitor.py, or the copy `isr files --out DIR` writes
 from an installed wheel) only calls `main` here. A wheel given to --py-files
