@@ -125,6 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from isr import preflight
     from isr.stream.job import run_to_kafka, spark_session
     from isr.stream.running import quiet_failures, run_until_stopped, stopping_our_jvm
+    from isr.stream.tally import RunTally
 
     settings = _settings(args, [f"stream.master={args.master}"] if args.master else [])
     preflight.streaming_job(settings)
@@ -132,10 +133,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     with stopping_our_jvm():
         spark = spark_session(settings, settings.stream.master)
         quiet_failures(spark)
-        query = run_to_kafka(settings, spark=spark, trigger=trigger)
+        tally = RunTally(settings.monitor.policy)
+        query = run_to_kafka(settings, spark=spark, trigger=trigger, tally=tally)
     print(f"isr: query {settings.stream.query_name} running; checkpoint "
           f"{settings.stream.checkpoint_location}", file=sys.stderr)
-    return run_until_stopped(query)
+    return run_until_stopped(query, tally=tally, spark=spark)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -196,6 +198,22 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     source = f"file {path}" if path else "no file (defaults)"
     print(f"configuration OK: {source}, then ISR_* environment variables, then --set "
           "(secrets shown as ***)", file=sys.stderr)
+    return 0
+
+
+def cmd_files(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from isr.ops import write_files
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"files: --out {out}: not a directory")
+    for path in write_files(out):
+        print(path)
+    print(f"then: spark-submit --py-files isr_monitor-{__version__}-py3-none-any.whl "
+          f"{out / 'isr_monitor.py'} --config {out / 'isr.toml'} (docs/streaming.md)",
+          file=sys.stderr)
     return 0
 
 
@@ -309,6 +327,15 @@ def build_parser() -> argparse.ArgumentParser:
                                    "record type, or of one with --type.")
     p.add_argument("--type", metavar="NAME", help="one record type, e.g. fetch or isr_change")
     p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("files", help="write the job script, config, Prometheus rules and "
+                                     "Grafana dashboards out of the installed package",
+                       description="Write the files an operator needs beside the wheel into "
+                                   "DIR and print their paths: isr_monitor.py (the script to "
+                                   "spark-submit), isr.toml, prometheus/rules.yml, "
+                                   "grafana/dashboards/*.json.")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write (created)")
+    p.set_defaults(func=cmd_files)
 
     p = sub.add_parser("check-config", help="validate the configuration and print it",
                        description="Validate the configuration (file, ISR_* environment, --set) "

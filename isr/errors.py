@@ -31,9 +31,21 @@ _NAMES = "|".join(c.__name__ for c in (KafkaUnavailable, DataLossError, SinkErro
 _LINE = re.compile(rf"\b({_NAMES}): ([^\n]+)")
 
 
+# Executors without the package: Python's own words in the worker's traceback.
+_NOT_SHIPPED = re.compile(r"No module named '(isr|pydantic|msgspec|orjson|confluent_kafka|"
+                          r"pandas|pyarrow)[.']")
+SHIP_HINT = ("the executors cannot import {module!r}: ship the package with spark-submit "
+             "--py-files isr_monitor-<version>-py3-none-any.whl (the job puts it on the "
+             "executors' path), and its dependencies with a packed environment "
+             "(--archives env.tar.gz#env; docs/streaming.md, \"On a cluster\")")
+
+
 def one_line_reason(text: str) -> str:
     """The job's own reason in a failure's text (a Spark exception carries the
     Python traceback of the worker or the driver callback), else its first line."""
+    missing = _NOT_SHIPPED.search(text or "")
+    if missing:
+        return SHIP_HINT.format(module=missing.group(1))
     found = _LINE.findall(text or "")
     if found:
         return found[-1][1].strip()

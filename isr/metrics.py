@@ -147,6 +147,10 @@ class Metrics:
                                      registry=r)
         self.state_rows = Gauge("isr_stream_state_rows", "Rows in Spark's state store.",
                                 registry=r)
+        self.state_memory = Gauge("isr_stream_state_memory_bytes",
+                                  "Memory Spark's state store uses (its progress report's "
+                                  "memoryUsedBytes, summed over stateful operators).",
+                                  registry=r)
 
     # ------------------------------------------------------------ endpoint
     def serve(self) -> bool:
@@ -290,6 +294,7 @@ class Metrics:
             self.input_lag.set(sum(lag))
         ops = p.get("stateOperators") or []
         self.state_rows.set(sum(op.get("numRowsTotal", 0) for op in ops))
+        self.state_memory.set(sum(op.get("memoryUsedBytes", 0) or 0 for op in ops))
 
 
 def _basic_auth(app, username: str, password: str):

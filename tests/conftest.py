@@ -75,3 +75,36 @@ def kafka(kafka_cluster):
             kafka_cluster.restart_node(node)
     yield kafka_cluster
     kafka_cluster.check()
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel `pip wheel` builds from this checkout (what users ship)."""
+    import subprocess
+
+    out = tmp_path_factory.mktemp("wheel")
+    root = Path(__file__).resolve().parents[1]
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(out),
+                            str(root)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (path,) = out.glob("isr_monitor-*.whl")
+    path.with_suffix(".log").write_text(built.stdout + built.stderr)
+    return path
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A standalone master and 2 workers (1 core each) on 127.0.0.1 (tests/cluster.py);
+    stopped after the run, also when tests failed."""
+    from cluster import StandaloneCluster
+
+    with StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def python_without_isr(tmp_path_factory) -> Path:
+    """An interpreter with the project's dependencies but not `isr` (the executors')."""
+    from cluster import python_without_isr
+
+    return python_without_isr(tmp_path_factory.mktemp("deps-env"))

@@ -136,6 +136,15 @@ def test_input_records_are_the_records_read_not_the_packed_rows():
     assert value(m, "isr_stream_input_rows_total") == 850
 
 
+def test_the_state_stores_rows_and_memory_come_from_sparks_progress():
+    m = Metrics(MetricsSettings())
+    m.observe_progress({"numInputRows": 1, "stateOperators": [
+        {"numRowsTotal": 2, "memoryUsedBytes": 5000}, {"numRowsTotal": 3,
+                                                       "memoryUsedBytes": 7000}]})
+    assert value(m, "isr_stream_state_rows") == 5
+    assert value(m, "isr_stream_state_memory_bytes") == 12000
+
+
 def test_every_metric_the_dashboards_and_rules_read_exists():
     """A renamed metric would leave a panel or a rule empty."""
     import yaml

@@ -118,7 +118,19 @@ def overview():
                         .with_target(query('sum by (alertname) '
                                            '(increase(isr_alerts_total{status="firing"}[1h]))',
                                            "{{alertname}}"))
-                        .grid_pos(GridPos(h=6, w=24, x=0, y=12))))
+                        .grid_pos(GridPos(h=6, w=24, x=0, y=12)))
+            # The Spark job itself (its progress reports): is the monitor keeping up?
+            .with_panel(series("Job: input vs processed rows per second",
+                               [("sum(isr_stream_input_rows_per_second)", "input"),
+                                ("sum(isr_stream_processed_rows_per_second)", "processed")],
+                               0, 18, "rowsps", w=8))
+            .with_panel(series("Job: micro-batch duration",
+                               [("max(isr_stream_batch_duration_seconds)", "batch")],
+                               8, 18, "s", w=8))
+            .with_panel(series("Job: state store",
+                               [("sum(isr_stream_state_rows)", "rows"),
+                                ("sum(isr_stream_state_memory_bytes)", "memory (bytes)")],
+                               16, 18, w=8)))
 
 
 def partition():
@@ -171,8 +183,10 @@ def job():
             .with_panel(series("Micro-batch duration",
                                [(f"isr_stream_batch_duration_seconds{{{i}}}", "{{instance}}")],
                                12, 4, "s"))
-            .with_panel(series("State store rows", [(f"isr_stream_state_rows{{{i}}}",
-                                                     "{{instance}}")], 0, 12))
+            .with_panel(series("State store rows and memory",
+                               [(f"isr_stream_state_rows{{{i}}}", "rows {{instance}}"),
+                                (f"isr_stream_state_memory_bytes{{{i}}}",
+                                 "bytes {{instance}}")], 0, 12))
             .with_panel(series("Dead letters per second",
                                [(f"sum by (reason_class) (rate(isr_dead_letters_total{{{i}}}[5m]))",
                                  "{{reason_class}}")], 12, 12))

@@ -23,7 +23,6 @@ from isr.stream.packing import PACKED_SCHEMA, make_packer
 from isr.stream.buckets import AUTO, SHUFFLE_PARTITIONS, resolve
 from isr.stream.partitioning import bucket_labels
 
-KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 STATE_STORE_PROVIDERS = {
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
@@ -67,6 +66,12 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
                # every few batches: ~0.35 s instead of ~0.7 s a commit here.
                .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
                        "true"))
+    if settings.input.source == "kafka":
+        from isr.stream.connector import kafka_jars
+
+        jars = kafka_jars()
+        if jars:
+            builder = builder.config("spark.jars", ",".join(jars))
     for key, value in settings.stream.spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -132,7 +137,7 @@ def read_source(spark, settings: Settings, pack_live: Optional[bool] = None):
         spark.dataSource.register(IsrKafkaDataSource)
         fmt = "isr_kafka"
     else:
-        fmt = "kafka"  # needs the connector jar (--packages KAFKA_PACKAGE:<spark version>)
+        fmt = "kafka"  # needs the connector's jars (connector.py)
     reader = spark.readStream.format(fmt)
     for k, v in source_options(settings).items():
         reader = reader.option(k, v)
@@ -143,10 +148,9 @@ def read_source(spark, settings: Settings, pack_live: Optional[bool] = None):
         df = reader.load()
     except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException
         if fmt == "kafka" and "kafka" in str(exc).lower():
-            raise RuntimeError(
-                "input.source = \"kafka\" needs Spark's Kafka connector: run with "
-                f"spark-submit --packages {KAFKA_PACKAGE}:<your Spark version>, or set "
-                "input.source = \"python\"") from exc
+            from isr.stream.connector import missing_message
+
+            raise RuntimeError(missing_message()) from exc
         raise
     if pack:
         return df
@@ -218,8 +222,10 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
 
 
 def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
-                 master: Optional[str] = None):
-    """`isr run` and jobs/isr_monitor.py: Kafka in, Kafka out. Returns the query."""
+                 master: Optional[str] = None, tally=None):
+    """`isr run` and the spark-submit job (isr/jobs/isr_monitor.py): Kafka in,
+    Kafka out. Returns the query. `tally` (stream.tally.RunTally): counts
+    what the job read and wrote, for the end-of-run summary."""
     from isr.alerts.delivery import Deliverer
     from isr.kafka.client import client_config, ensure_topics
     from isr.metrics import Metrics
@@ -247,11 +253,15 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
     if metrics is not None:
         metrics.serve()
         watch_progress(spark, settings.stream.query_name, metrics.observe_progress)
+    if tally is not None:
+        watch_progress(spark, settings.stream.query_name, tally.observe_progress)
 
     def write(batch_id: int, records: list[OutputRecord]) -> None:
         sink.write_batch(batch_id, records)  # Kafka first: the alert topic is the record
         if deliverer is not None:  # bounded by delivery.batch_budget_s
             deliverer.deliver(alerts_in(records))
+        if tally is not None:
+            tally.observe_records(records)
         if metrics is not None:
             metrics.observe_records(records)
             if deliverer is not None:

@@ -108,14 +108,54 @@ def _quiet_accumulator_server(sc) -> None:
     server.handle_error = handle_error
 
 
-def run_until_stopped(query, name: str = "isr") -> int:
+class ExecutorWatch:
+    """Says in the job's log when an executor goes (its worker lost: Spark
+    runs its tasks again elsewhere) or comes. Nothing in local mode."""
+
+    def __init__(self, spark, name: str):
+        self._sc, self._name, self._known = spark.sparkContext, name, None
+
+    def _executors(self) -> set[str]:
+        ids = self._sc._jsc.sc().getExecutorIds()  # a Scala Seq; the driver is not in it
+        return {str(ids.apply(i)) for i in range(ids.size())}
+
+    def poll(self) -> None:
+        try:
+            now = self._executors()
+        except Exception:  # noqa: BLE001 - a stopping context: nothing to say
+            return
+        if self._known is not None:
+            for gone in sorted(self._known - now):
+                print(f"{self._name}: executor {gone} lost (its worker or process died); "
+                      "Spark runs its tasks again on the other executors", file=sys.stderr)
+            for new in sorted(now - self._known):
+                print(f"{self._name}: executor {new} joined", file=sys.stderr)
+        self._known = now
+
+
+def run_until_stopped(query, name: str = "isr", tally=None, spark=None) -> int:
     """Wait for the query: 0 when it ends by itself (--available-now), 130
-    after Ctrl-C / SIGTERM, 1 when it fails (one line on stderr)."""
+    after Ctrl-C / SIGTERM, 1 when it fails (one line on stderr). `tally`
+    (stream.tally.RunTally): its summary is printed when the job ends.
+    `spark`: executors lost or added are reported (ExecutorWatch)."""
+    code = _wait(query, name, ExecutorWatch(spark, name) if spark is not None else None)
+    if tally is not None and code != 1:
+        try:
+            tally.observe_query(query)
+        except Exception:  # noqa: BLE001 - a stopped session: the listener's counts stand
+            pass
+        tally.print()
+    return code
+
+
+def _wait(query, name: str, watch: "ExecutorWatch | None" = None) -> int:
     with StopOnSignal(grace_s=STOP_GRACE_S) as stop:
         while not stop():
             try:
                 if query.awaitTermination(0.5):
                     break
+                if watch is not None:
+                    watch.poll()
             except Exception as exc:  # noqa: BLE001 - the query failed
                 return _failed(exc, name)
         if stop():
@@ -130,6 +170,7 @@ def run_until_stopped(query, name: str = "isr") -> int:
             return 130
         failure = query.exception()
         return _failed(failure, name) if failure is not None else 0
+
 
 def _failed(exc, name: str) -> int:
     text = str(exc) if exc is not None else ""

@@ -159,7 +159,8 @@ def test_builtin_kafka_format_without_its_jar_fails_with_instructions(spark):
     s = load_settings(None, ["input.source=kafka"])
     with pytest.raises(RuntimeError) as exc:
         job.read_source(spark, s)
-    assert "--packages org.apache.spark:spark-sql-kafka-0-10_2.13" in str(exc.value)
+    assert "scripts/spark-kafka-jars" in str(exc.value)
+    assert "org.apache.spark:spark-sql-kafka-0-10_2.13:" in str(exc.value)
 
 
 def test_demo_shows_its_stages_then_isr_changes_without_spark_warnings():
@@ -223,9 +224,14 @@ def test_spark_submit_runs_the_job_script(broker, tmp_path):
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                ISR_SPARK_LOG_LEVEL="ERROR")
     out = subprocess.run([str(spark_submit), "--master", "local[2]", "jobs/isr_monitor.py",
-                          "--conf", str(config), "--available-now"], cwd=ROOT, env=env,
+                          "--config", str(config), "--available-now"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
+    # The summary `isr replay` prints (spark-submit passes the driver's
+    # stderr on to its stdout).
+    assert "ISR decisions by policy" in out.stdout, out.stdout[-3000:]
+    read = len(workload.lines())
+    assert f"{read} events read, {read - 3} accepted" in out.stdout, out.stdout[-3000:]
     changes = [json.loads(m.value()) for m in _messages(broker, f"{name}.changes")]
     assert {(c["partition"], c["ts"] - workload.T0) for c in changes} >= {(1, 25000), (0, 25000)}
     assert len(_messages(broker, f"{name}.dead")) == 3

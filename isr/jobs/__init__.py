@@ -1,0 +1,2 @@
+"""Entry points that spark-submit runs (through a script: jobs/isr_monitor.py,
+or the copy `isr files --out DIR` writes)."""

@@ -1,0 +1,312 @@
+"""The job on a real Spark standalone cluster (issue 26): a master and two
+1-core workers on 127.0.0.1 started from the installed pyspark
+(tests/cluster.py), executors whose Python has the dependencies but not
+`isr`, and the job submitted exactly as docs/streaming.md ("On a cluster")
+says. Its outputs must equal `isr replay` of the same events."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import workload
+from cluster import clean_env, spark_home
+
+from isr.config import load_settings
+from isr.replay import replay
+from isr.stream.sink import read_to_end
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+ROOT = Path(__file__).resolve().parents[2]
+BASE = [f"monitor.replica_lag_time_max_ms={workload.LAG_MS}", "monitor.allowed_lateness_ms=1000"]
+
+
+def config_file(tmp_path: Path, broker, name: str) -> Path:
+    """The job's configuration for one test: topics and a query of its own."""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f"""
+[monitor]
+replica_lag_time_max_ms = {workload.LAG_MS}
+allowed_lateness_ms = 1000
+[kafka]
+bootstrap_servers = "{broker.bootstrap}"
+[input]
+topics = ["{name}.in"]
+max_offsets_per_trigger = 2000
+[output]
+changes_topic = "{name}.changes"
+state_topic = "{name}.state"
+dead_letter_topic = "{name}.dead"
+alerts_topic = "{name}.alerts"
+commit_topic = "{name}.commits"
+partitions = 1
+[stream]
+checkpoint_location = "{tmp_path / name / 'checkpoint'}"
+query_name = "{name}"
+state_buckets = 2
+""")
+    return path
+
+
+def spark_submit(cluster, driver_python: Path, executor_python: Path, args: list[str],
+                 cwd: Path, env: dict | None = None, timeout: float = 300):
+    """spark-submit to the cluster, as a user runs it (in a clean environment:
+    nothing puts `isr` on a path but what the command ships)."""
+    env = {**clean_env(PYSPARK_PYTHON=str(executor_python),
+                       PYSPARK_DRIVER_PYTHON=str(driver_python),
+                       ISR_SPARK_LOG_LEVEL="ERROR"), **(env or {})}
+    cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url,
+           *cluster.conf(), *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def records(broker, topic: str) -> list[dict]:
+    return [json.loads(m.value()) for m in read_to_end({"bootstrap.servers": broker.bootstrap},
+                                                        {(topic, 0): 0})]
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory):
+    """`isr replay` of the workload: what every run on the cluster must write."""
+    return replay_of(tmp_path_factory.mktemp("replay"))
+
+
+def replay_of(tmp: Path) -> dict:
+    path = tmp / "events.jsonl"
+    workload.write_file(path, workload.lines())
+    result = replay([str(path)], load_settings(None, BASE).monitor)
+    # The stream decides what lies below its last watermark; a bounded replay
+    # also flushes the last allowed_lateness_ms of input.
+    watermark = max(e["ts"] for e in workload.events()) - 1000
+    final = [json.loads(d.model_dump_json()) for d in result.decisions if d.ts < watermark]
+    return {"isr_change": sorted((d for d in final if d["type"] == "isr_change"),
+                                 key=lambda d: d["id"]),
+            "alert": sorted((d for d in final if d["type"] == "alert"), key=lambda d: d["id"]),
+            "dead": sorted(d.reason for d in result.dead_letters)}
+
+
+def assert_outputs_equal_replay(broker, name: str, expected: dict) -> None:
+    changes = sorted(records(broker, f"{name}.changes"), key=lambda d: d["id"])
+    assert changes == expected["isr_change"]
+    assert len(changes) >= 4
+    alerts = sorted(records(broker, f"{name}.alerts"), key=lambda d: d["id"])
+    assert alerts == expected["alert"]
+    assert sorted(d["reason"] for d in records(broker, f"{name}.dead")) == expected["dead"]
+
+
+def input_topic(broker, name: str) -> None:
+    broker.create_topics([f"{name}.in"], 2)
+    workload.produce(broker.bootstrap, f"{name}.in", workload.lines())
+
+
+def app_id(driver_log: str) -> str:
+    return re.search(r"Connected to Spark cluster with app ID (app-[\d-]+)", driver_log).group(1)
+
+
+def state_partitions_by_executor(cluster, app: str) -> dict[str, set[int]]:
+    """The state store partitions (buckets) each executor of the application
+    loaded, from the executors' own logs (work/APP/EXECUTOR/stderr)."""
+    found: dict[str, set[int]] = {}
+    for log in cluster.base.glob(f"work*/{app}/*/stderr"):
+        parts = {int(m) for m in re.findall(r"StateStoreId\[ operatorId=\d+, partitionId=(\d+)",
+                                            log.read_text(errors="replace"))}
+        if parts:
+            found[log.parent.name] = parts
+    return found
+
+
+def documented_commands(block: int) -> list[str]:
+    """The commands of the `block`th shell block of docs/streaming.md's "On a
+    cluster" section, continuation lines joined."""
+    text = (ROOT / "docs/streaming.md").read_text()
+    section = text.split("### On a cluster", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    return [c.strip() for c in blocks[block].replace("\\\n", " ").splitlines() if c.strip()]
+
+
+def documented_workdir(workdir: Path, broker, name: str) -> Path:
+    """A copy of the repository, as a user's checkout, with the test's isr.toml."""
+    shutil.copytree(ROOT, workdir, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "tests", "bench", "dist", "build", "*.egg-info", "__pycache__"),
+        dirs_exist_ok=True)
+    config_file(workdir, broker, name).rename(workdir / "isr.toml")
+    return workdir
+
+
+def run_commands(cluster, commands: list[str], workdir: Path, python: Path):
+    """Run documented commands as a user would (nothing on the path but what
+    they install); spark-defaults.conf pins the test cluster's ports."""
+    conf_dir = workdir / "spark-conf"
+    conf_dir.mkdir(exist_ok=True)
+    (conf_dir / "spark-defaults.conf").write_text(
+        "".join(c.replace("=", " ", 1) + "\n" for c in cluster.conf()[1::2]))
+    env = clean_env(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python),
+                    ISR_SPARK_LOG_LEVEL="ERROR", SPARK_MASTER=cluster.master_url,
+                    SPARK_CONF_DIR=str(conf_dir),
+                    PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    last = None
+    for command in commands:
+        last = subprocess.run(["bash", "-c", command], cwd=workdir, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert last.returncode == 0, f"{command}\n{last.stderr[-3000:]}\n{last.stdout[-2000:]}"
+    return last
+
+
+def test_the_wheel_shipped_with_py_files_runs_on_executors_without_isr(
+        spark_cluster, python_without_isr, broker, replayed, tmp_path):
+    name = f"cl{uuid.uuid4().hex[:6]}"
+    input_topic(broker, name)
+    assert "--py-files dist/isr_monitor-0.1.0-py3-none-any.whl" in documented_commands(0)[-1]
+    workdir = documented_workdir(tmp_path / "repo", broker, name)
+    out = run_commands(spark_cluster, documented_commands(0), workdir, python_without_isr)
+    assert_outputs_equal_replay(broker, name, replayed)
+    # The end-of-run summary, as `isr replay` prints it (spark-submit sends
+    # the Python driver's stdout and stderr to its stdout).
+    assert "ISR decisions by policy" in out.stdout
+    shrinks = sum(1 for c in replayed["isr_change"] if c["action"] == "shrink"
+                  and c["cause"] == "leader")
+    assert re.search(rf"kafka\s+{shrinks}\s+0\s+1\s+4\s", out.stdout), out.stdout
+    read = len(workload.lines())
+    assert f"{read} events read, {read - 3} accepted" in out.stdout, out.stdout
+    # Both buckets' state, on both executors.
+    by_executor = state_partitions_by_executor(spark_cluster, app_id(out.stderr))
+    assert len(by_executor) == 2, by_executor
+    assert set().union(*by_executor.values()) == {0, 1}
+
+
+def project_dependencies() -> list[str]:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+
+
+def test_a_packed_environment_ships_the_dependencies(
+        spark_cluster, broker, wheel, replayed, tmp_path):
+    name = f"cl{uuid.uuid4().hex[:6]}"
+    input_topic(broker, name)
+    # The nodes' Python has nothing: the base interpreter without packages.
+    bare = Path(sys._base_executable)
+    commands = documented_commands(1)
+    build, submit = commands[:4], commands[4:]
+    assert build[-1].startswith("env/bin/venv-pack") and "--archives env.tar.gz#env" in submit[0]
+    workdir = documented_workdir(tmp_path / "repo", broker, name)
+    shutil.copytree(wheel.parent, workdir / "dist", ignore=shutil.ignore_patterns("*.log"))
+    # The environment depends on the dependencies only: built by the
+    # documented commands once per set of them, then kept.
+    key = hashlib.sha256(json.dumps([build, project_dependencies(), sys.version]).encode())
+    cache = Path(os.environ.get("ISR_CACHE", Path.home() / ".cache" / "isr-monitor"))
+    packed = cache / f"packed-env-{key.hexdigest()[:16]}"
+    if not (packed / ".complete").exists():
+        shutil.rmtree(packed, ignore_errors=True)
+        packed.mkdir(parents=True)
+        shutil.copytree(workdir / "dist", packed / "dist")
+        run_commands(spark_cluster, build, packed, bare)
+        (packed / ".complete").touch()
+    for made in ("env", "env.tar.gz"):
+        (workdir / made).symlink_to(packed / made)
+    run_commands(spark_cluster, submit, workdir, bare)
+    assert_outputs_equal_replay(broker, name, replayed)
+
+
+def test_a_submit_whose_executors_cannot_import_isr_ends_in_one_line(
+        spark_cluster, python_without_isr, broker, tmp_path):
+    name = f"cl{uuid.uuid4().hex[:6]}"
+    input_topic(broker, name)
+    config = config_file(tmp_path, broker, name)
+    # The driver has the package (this checkout), the executors have not.
+    out = spark_submit(spark_cluster, Path(sys.executable), python_without_isr,
+                       [str(ROOT / "jobs/isr_monitor.py"), "--config", str(config),
+                        "--available-now"], cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 1, out.stderr[-4000:]
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("isr_monitor: the job stopped: the executors cannot import 'isr': "
+                           "ship the package with spark-submit --py-files"), out.stderr[-3000:]
+    printed = out.stdout + out.stderr
+    assert "Traceback" not in printed and "Py4J" not in printed, printed[-3000:]
+
+
+def submit_in_background(cluster, python: Path, wheel: Path, config: Path, log: Path):
+    env = clean_env(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python),
+                    ISR_SPARK_LOG_LEVEL="ERROR")
+    with open(log, "a") as out:
+        return subprocess.Popen([str(spark_home() / "bin" / "spark-submit"), "--master",
+                                 cluster.master_url, *cluster.conf(), "--py-files", str(wheel),
+                                 str(ROOT / "jobs/isr_monitor.py"), "--config", str(config),
+                                 "--available-now"], cwd=config.parent, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for_commits(commits: Path, n: int, job: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 240
+    while len(list(commits.glob("[0-9]*"))) < n:  # n micro-batches done
+        assert job.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+
+
+def small_batches(tmp_path: Path, broker, name: str) -> Path:
+    config = config_file(tmp_path, broker, name)
+    config.write_text(config.read_text().replace("max_offsets_per_trigger = 2000",
+                                                 "max_offsets_per_trigger = 250"))
+    return config
+
+
+def test_the_driver_killed_and_started_again_continues_exactly_once(
+        spark_cluster, python_without_isr, broker, wheel, replayed, tmp_path):
+    name = f"cl{uuid.uuid4().hex[:6]}"
+    input_topic(broker, name)
+    config = small_batches(tmp_path, broker, name)
+    commits = tmp_path / name / "checkpoint" / "commits"
+    log = tmp_path / "driver.log"
+    job = submit_in_background(spark_cluster, python_without_isr, wheel, config, log)
+    try:
+        wait_for_commits(commits, 2, job, log)
+    finally:  # the driver (spark-submit's JVM and its Python) dies without a word
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    done = len(list(commits.glob("[0-9]*")))
+    again = submit_in_background(spark_cluster, python_without_isr, wheel, config, log)
+    assert again.wait(timeout=400) == 0, log.read_text()[-4000:]
+    assert len(list(commits.glob("[0-9]*"))) > done
+    assert_outputs_equal_replay(broker, name, replayed)  # nothing lost, nothing twice
+
+
+def test_a_worker_killed_mid_stream_changes_nothing_in_the_outputs(
+        spark_cluster, python_without_isr, broker, wheel, replayed, tmp_path):
+    """Executor lost: its tasks and its buckets' state move to the other
+    executor (the state is reloaded from the checkpoint), and the outputs
+    are still exactly `isr replay`'s. Last in this module: it takes a worker
+    away (and puts a new one in its place)."""
+    name = f"cl{uuid.uuid4().hex[:6]}"
+    input_topic(broker, name)
+    config = small_batches(tmp_path, broker, name)
+    commits = tmp_path / name / "checkpoint" / "commits"
+    log = tmp_path / "driver.log"
+    job = submit_in_background(spark_cluster, python_without_isr, wheel, config, log)
+    victim = spark_cluster.workers[-1]
+    try:
+        wait_for_commits(commits, 2, job, log)
+        victim.kill()
+        assert job.wait(timeout=400) == 0, log.read_text()[-4000:]
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+        spark_cluster.restart_worker(victim.index)
+    assert_outputs_equal_replay(broker, name, replayed)
+    # The job's log names the executor that was lost; the job went on.
+    assert re.search(r"isr_monitor: executor \d+ lost \(its worker or process died\); Spark runs its tasks "
+                     r"again on the other executors", log.read_text()), \
+        log.read_text()[-3000:]
+    assert len(list(commits.glob("[0-9]*"))) > 3
