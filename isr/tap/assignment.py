@@ -4,17 +4,14 @@ asking the cluster."""
 
 from __future__ import annotations
 
-import re
-import time
 from pathlib import Path
 from typing import Callable, Optional
 
 from isr.config import ConfigError
 from isr.linecap import DEFAULT_MAX_LINE_BYTES
+from isr.tap.resolve import BOOTSTRAP, ClusterLookup
 
 Replicas = Callable[[tuple[str, int]], Optional[list[int]]]
-REFRESH_S = 10.0  # an unknown partition asks the cluster again at most this often
-BOOTSTRAP = re.compile(r"^[^\s,/]+:\d+(?:,[^\s,/]+:\d+)*$")  # HOST:PORT[,HOST:PORT...]
 
 
 def dump_replicas(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Replicas:
@@ -30,39 +27,21 @@ def dump_replicas(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Re
     return replicas.get
 
 
-class ClusterReplicas:
-    """Metadata (kafka-python's describe_topics) for a partition not seen yet."""
+class ClusterReplicas(ClusterLookup):
+    """Metadata for a partition not seen yet."""
 
     def __init__(self, bootstrap: str, timeout_s: float = 10.0) -> None:
-        self.bootstrap = bootstrap
-        self.timeout_ms = int(timeout_s * 1000)  # kafka.connect_timeout_s
+        super().__init__(bootstrap, timeout_s)
         self.replicas: dict[tuple[str, int], list[int]] = {}
-        self._asked = 0.0
 
     def __call__(self, key: tuple[str, int]) -> Optional[list[int]]:
-        if key not in self.replicas and time.monotonic() - self._asked > REFRESH_S:
-            self._refresh()
+        if key not in self.replicas and self._stale():
+            self._refresh()  # unanswered: the leader line stays an isr event, counted
         return self.replicas.get(key)
 
-    def _refresh(self) -> bool:
-        """Whether the cluster answered."""
-        from kafka.admin import KafkaAdminClient
-        from kafka.errors import KafkaError
-
-        self._asked = time.monotonic()
-        try:
-            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id="isr-tap",
-                                     bootstrap_timeout_ms=self.timeout_ms,
-                                     request_timeout_ms=self.timeout_ms)
-            try:
-                for t in admin.describe_topics():
-                    for p in t.get("partitions", ()):
-                        self.replicas[(t["name"], p["partition_index"])] = list(p["replica_nodes"])
-            finally:
-                admin.close()
-        except KafkaError:
-            return False  # the leader line stays an isr event, counted; asked again later
-        return True
+    def _learn(self, topic: dict) -> None:
+        for p in topic.get("partitions", ()):
+            self.replicas[(topic["name"], p["partition_index"])] = list(p["replica_nodes"])
 
 
 def replicas_from(where: Optional[str], timeout_s: float = 10.0,
@@ -73,11 +52,11 @@ def replicas_from(where: Optional[str], timeout_s: float = 10.0,
         return None
     if Path(where).exists():
         return dump_replicas(where, max_line_bytes)
-    if not BOOTSTRAP.match(where):
+    if not BOOTSTRAP.fullmatch(where):
         raise ConfigError(f"--replicas {where}: no such file, and not bootstrap servers "
                           "(HOST:PORT[,HOST:PORT...])")
     cluster = ClusterReplicas(where, timeout_s)
-    if not cluster._refresh():
+    if cluster._refresh() is not None:
         raise ConfigError(f"--replicas {where}: no Kafka cluster answered there within "
                           f"{timeout_s:g} s (kafka.connect_timeout_s)")
     return cluster

@@ -18,12 +18,47 @@ _HOST_PORT = r"(\[[0-9a-fA-F:.]+\]|[^\s,/:\[\]]+):\d+"
 BOOTSTRAP = re.compile(rf"{_HOST_PORT}(,{_HOST_PORT})*")  # host:port[,host:port...]
 
 
-class ClusterTopicIds:
+class ClusterLookup:
+    """What a live cluster says of its topics (kafka-python's describe_topics),
+    asked again at most every REFRESH_S for something not known yet; each
+    question waits at most `timeout_s` (kafka.connect_timeout_s)."""
+
     def __init__(self, bootstrap: str, timeout_s: float = 10.0) -> None:
         self.bootstrap = bootstrap
         self.timeout_ms = int(timeout_s * 1000)
-        self.names: dict[str, str] = {}
         self._asked = 0.0
+
+    def _learn(self, topic: dict) -> None:
+        raise NotImplementedError
+
+    def _stale(self) -> bool:
+        return time.monotonic() - self._asked > REFRESH_S
+
+    def _refresh(self) -> Optional[str]:
+        """Ask the cluster for every topic; the problem, if it did not answer."""
+        from kafka.admin import KafkaAdminClient
+        from kafka.errors import KafkaError
+
+        self._asked = time.monotonic()
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id="isr-tap",
+                                     bootstrap_timeout_ms=self.timeout_ms,
+                                     request_timeout_ms=self.timeout_ms)
+            try:
+                for topic in admin.describe_topics():
+                    self._learn(topic)
+            finally:
+                admin.close()
+        except KafkaError as exc:
+            self._asked = time.monotonic()  # the next try counts from the end of this one
+            return str(exc)  # what is unknown stays so (counted); asked again later
+        return None
+
+
+class ClusterTopicIds(ClusterLookup):
+    def __init__(self, bootstrap: str, timeout_s: float = 10.0) -> None:
+        super().__init__(bootstrap, timeout_s)
+        self.names: dict[str, str] = {}
 
     @classmethod
     def reachable(cls, bootstrap: str, timeout_s: float) -> "ClusterTopicIds":
@@ -39,29 +74,10 @@ class ClusterTopicIds:
         return ids
 
     def __call__(self, topic_id: str) -> Optional[str]:
-        name = self.names.get(topic_id)
-        if name is None and time.monotonic() - self._asked > REFRESH_S:
+        if topic_id not in self.names and self._stale():
             self._refresh()
-            name = self.names.get(topic_id)
-        return name
+        return self.names.get(topic_id)
 
-    def _refresh(self) -> Optional[str]:
-        """Ask the cluster for every topic id; the problem, if it did not answer."""
-        from kafka.admin import KafkaAdminClient
-        from kafka.errors import KafkaError
-
-        self._asked = time.monotonic()
-        try:
-            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, client_id="isr-tap",
-                                     bootstrap_timeout_ms=self.timeout_ms,
-                                     request_timeout_ms=self.timeout_ms)
-            try:
-                for t in admin.describe_topics():
-                    if t.get("topic_id"):
-                        self.names[kafka_topic_id(str(t["topic_id"]))] = t["name"]
-            finally:
-                admin.close()
-        except KafkaError as exc:
-            self._asked = time.monotonic()  # the next try counts from the end of this one
-            return str(exc)  # counted as unknown topic ids; asked again later
-        return None
+    def _learn(self, topic: dict) -> None:
+        if topic.get("topic_id"):
+            self.names[kafka_topic_id(str(topic["topic_id"]))] = topic["name"]
