@@ -33,29 +33,7 @@ BASE = [f"monitor.replica_lag_time_max_ms={workload.LAG_MS}", "monitor.allowed_l
 
 def config_file(tmp_path: Path, broker, name: str) -> Path:
     """The job's configuration for one test: topics and a query of its own."""
-    path = tmp_path / f"{name}.toml"
-    path.write_text(f"""
-[monitor]
-replica_lag_time_max_ms = {workload.LAG_MS}
-allowed_lateness_ms = 1000
-[kafka]
-bootstrap_servers = "{broker.bootstrap}"
-[input]
-topics = ["{name}.in"]
-max_offsets_per_trigger = 2000
-[output]
-changes_topic = "{name}.changes"
-state_topic = "{name}.state"
-dead_letter_topic = "{name}.dead"
-alerts_topic = "{name}.alerts"
-commit_topic = "{name}.commits"
-partitions = 1
-[stream]
-checkpoint_location = "{tmp_path / name / 'checkpoint'}"
-query_name = "{name}"
-state_buckets = 2
-""")
-    return path
+    return workload.job_config(tmp_path, broker, name, f"{name}.in", limit=2000)
 
 
 def spark_submit(cluster, driver_python: Path, executor_python: Path, args: list[str],

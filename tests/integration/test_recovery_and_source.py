@@ -32,32 +32,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO_PORT = 19510  # the demo's broker; metrics on the next one
 
 
-def _config(tmp_path: Path, broker, name: str, input_topic: str, limit: int) -> Path:
-    path = tmp_path / f"{name}.toml"
-    path.write_text(f"""
-[monitor]
-replica_lag_time_max_ms = {workload.LAG_MS}
-allowed_lateness_ms = 1000
-[kafka]
-bootstrap_servers = "{broker.bootstrap}"
-[input]
-topics = ["{input_topic}"]
-max_offsets_per_trigger = {limit}
-[output]
-changes_topic = "{name}.changes"
-state_topic = "{name}.state"
-dead_letter_topic = "{name}.dead"
-alerts_topic = "{name}.alerts"
-commit_topic = "{name}.commits"
-partitions = 1
-[stream]
-checkpoint_location = "{tmp_path / name / 'checkpoint'}"
-query_name = "{name}"
-state_buckets = 2
-""")
-    return path
-
-
 def _run(config: Path) -> subprocess.Popen:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, ISR_SPARK_LOG_LEVEL="ERROR")
     return subprocess.Popen([sys.executable, "-m", "isr.cli", "run", "--available-now",
@@ -84,12 +58,12 @@ def test_kill_9_mid_stream_then_restart_gives_exactly_the_uninterrupted_output(b
 
     # Reference: the same input, uninterrupted.
     ref = f"ref{uuid.uuid4().hex[:6]}"
-    proc = _run(_config(tmp_path, broker, ref, input_topic, limit=150))
+    proc = _run(workload.job_config(tmp_path, broker, ref, input_topic, limit=150))
     assert proc.wait(timeout=600) == 0, proc.stderr.read().decode()[-3000:]
 
     # Crashed: kill -9 (the Python driver and its JVM) once a few batches are out.
     name = f"crash{uuid.uuid4().hex[:6]}"
-    config = _config(tmp_path, broker, name, input_topic, limit=150)
+    config = workload.job_config(tmp_path, broker, name, input_topic, limit=150)
     proc = _run(config)
     deadline = time.monotonic() + 300
     while _committed_batches(broker, name) < 3 and time.monotonic() < deadline:
@@ -219,7 +193,7 @@ def test_spark_submit_runs_the_job_script(broker, tmp_path):
     broker.create_topics([input_topic], 2)
     workload.produce(broker.bootstrap, input_topic, workload.lines())
     name = f"sub{uuid.uuid4().hex[:6]}"
-    config = _config(tmp_path, broker, name, input_topic, limit=100000)
+    config = workload.job_config(tmp_path, broker, name, input_topic, limit=100000)
     spark_submit = Path(sys.executable).with_name("spark-submit")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                ISR_SPARK_LOG_LEVEL="ERROR")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import orjson
 from confluent_kafka import Producer
@@ -111,3 +112,31 @@ def job_settings(bootstrap: str, tmp_path, base: list[str], *extra: str, prefix=
         f"stream.checkpoint_location={tmp_path / checkpoint}",
         f"stream.query_name={prefix}",
         *extra])
+
+
+def job_config(tmp_path: Path, broker, name: str, input_topic: str, limit: int) -> Path:
+    """The streaming job's configuration for one test: input, output topics
+    and a query of its own, run with LAG_MS and 1 s of lateness."""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f"""
+[monitor]
+replica_lag_time_max_ms = {LAG_MS}
+allowed_lateness_ms = 1000
+[kafka]
+bootstrap_servers = "{broker.bootstrap}"
+[input]
+topics = ["{input_topic}"]
+max_offsets_per_trigger = {limit}
+[output]
+changes_topic = "{name}.changes"
+state_topic = "{name}.state"
+dead_letter_topic = "{name}.dead"
+alerts_topic = "{name}.alerts"
+commit_topic = "{name}.commits"
+partitions = 1
+[stream]
+checkpoint_location = "{tmp_path / name / 'checkpoint'}"
+query_name = "{name}"
+state_buckets = 2
+""")
+    return path
