@@ -30,3 +30,48 @@ def spark():
     session = spark_session(Settings(), "local[2]", "isr-tests")
     yield session
     session.stop()
+
+
+def kafka_test_config():
+    """The tests' cluster: its own ports and directory, so a cluster started
+    with scripts/kafka-cluster (the demo's) can run beside it; its nodes die
+    with the test process (detach=False)."""
+    from isr.kafka.cluster import REPO, ClusterConfig
+
+    return ClusterConfig.from_env(
+        dir=Path(os.environ.get("ISR_KAFKA_TEST_DIR", REPO / "tmp" / "kafka-test-cluster")),
+        port_base=int(os.environ.get("ISR_KAFKA_TEST_PORT_BASE", "19250")),
+        jmx_exporter=True,  # the tests compare the brokers' own counters with ours
+        detach=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster():
+    """A real Apache Kafka cluster (1 KRaft controller + 3 brokers, docs/real-kafka.md),
+    one per test session. Skipped only when its jars are not cached and Maven
+    Central is unreachable; any other reason it cannot start is a failure."""
+    from isr.kafka.cluster import KafkaCluster, MavenUnreachable
+
+    cluster = KafkaCluster(kafka_test_config())
+    try:
+        cluster.start()
+    except MavenUnreachable as exc:
+        pytest.skip(f"real Kafka cluster: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop(quiet=True)
+
+
+@pytest.fixture
+def kafka(kafka_cluster):
+    """The session's cluster with every node up and running at the start of
+    the test (one a test paused or stopped is resumed or restarted); a node
+    that died on its own during the test fails it with its server.log tail."""
+    for node in kafka_cluster.nodes:
+        if kafka_cluster.expected.get(node) == "paused":
+            kafka_cluster.resume(node)
+        elif kafka_cluster.pid(node) is None:
+            kafka_cluster.restart_node(node)
+    yield kafka_cluster
+    kafka_cluster.check()

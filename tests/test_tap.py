@@ -301,6 +301,29 @@ def test_polled_metadata_gives_what_changed_between_polls():
     assert poller.topic_name("kgnYg1PfR4-BTKr7X8eaDw") == "orders"
 
 
+def test_polled_brokers_leave_a_real_followers_fetches_isr_eligible(tmp_path):
+    """The poller cannot see broker epochs and says so (-1): a follower whose
+    fetches carry its real epoch (FetchRequest v15+, `isr tap request-log`)
+    still rejoins the ISR. With 0 it never did (a real cluster, docs/real-kafka.md)."""
+    poller = MetadataPoller()
+    topic = {"name": "orders", "topic_id": "9209d883-53df-478f-814c-aafb5fc79a0f",
+             "partitions": [{"partition_index": 0, "leader_id": 1, "leader_epoch": 0,
+                             "replica_nodes": [1, 2], "isr_nodes": [1]}]}
+    events = poller.diff({"brokers": [{"broker_id": 1}, {"broker_id": 2}]}, [topic], T0)
+    assert {e["broker_epoch"] for e in events if e["type"] == "broker"} == {-1}
+    base = {"v": 1, "cluster": "default", "topic": "orders", "partition": 0, "leader": 1,
+            "leader_epoch": 0}
+    events += [{**base, "type": "append", "ts": T0 + 100, "leader_leo": 10},
+               {**base, "type": "fetch", "ts": T0 + 200, "replica": 2, "fetch_offset": 10,
+                "leader_leo": 10, "broker_epoch": 22}]
+    write(tmp_path / "events.jsonl", events)
+    r = cli("replay", str(tmp_path / "events.jsonl"), "--no-state", "-q")
+    assert r.returncode == 0, r.stderr
+    changes = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [(c["action"], c["isr_after"]) for c in changes
+            if c["type"] == "isr_change"] == [("expand", [1, 2])]
+
+
 # ------------------------------------------------------------ server.log
 # Per version: the events (topic, partition, isr, partition_epoch, +ms) and what
 # became of the proposals nothing committed (tests/fixtures/tap/README.md).

@@ -55,6 +55,7 @@ IN_SNAPSHOT = "log records a snapshot read before already holds"
 READ_BEFORE = "record read before (a dump written again)"
 OLD_SNAPSHOT = "records of a snapshot older than what was applied"
 NO_LEADER_CHANGE, NO_LEADER = -2, -1
+UNKNOWN_EPOCH = -1  # the contract's "not known" broker epoch
 
 
 @dataclass
@@ -121,7 +122,7 @@ class MetadataEvents:
 
     def broker(self, broker: int, epoch: int, state: str, ts: int) -> dict:
         return {"v": 1, "type": "broker", "cluster": self.cluster, "ts": ts,
-                "broker": broker, "broker_epoch": max(epoch, 0), "state": state}
+                "broker": broker, "broker_epoch": max(epoch, -1), "state": state}
 
 
 class MetadataLogTap(LineTap):
@@ -333,7 +334,9 @@ class MetadataPoller:
     """Polled snapshots in, the events of what changed between them out.
 
     Sampled, so approximate (docs/tap.md): times are poll times, changes
-    between two polls are seen as one, broker epochs are not exposed (0), and
+    between two polls are seen as one, broker epochs are not exposed (-1:
+    unknown, which never makes a follower's fetch ISR-ineligible; with 0 no
+    fetch of a real broker, epoch > 0, would ever be eligible again), and
     the leader epoch start offset is unknown (0)."""
 
     def __init__(self, cluster: str = "default") -> None:
@@ -358,11 +361,12 @@ class MetadataPoller:
         for broker, fenced in sorted(seen.items()):
             was = self.brokers.get(broker)
             if was is None:
-                out.append(self.events.broker(broker, 0, "registered", ts))
+                out.append(self.events.broker(broker, UNKNOWN_EPOCH, "registered", ts))
             if was is None or was != fenced:
-                out.append(self.events.broker(broker, 0, "fenced" if fenced else "unfenced", ts))
+                state = "fenced" if fenced else "unfenced"
+                out.append(self.events.broker(broker, UNKNOWN_EPOCH, state, ts))
         for broker in sorted(set(self.brokers) - set(seen)):
-            out.append(self.events.broker(broker, 0, "unregistered", ts))
+            out.append(self.events.broker(broker, UNKNOWN_EPOCH, "unregistered", ts))
         self.brokers = seen
         for topic in sorted(topics, key=lambda t: t["name"]):
             if topic.get("error_code", 0) or topic.get("is_internal"):

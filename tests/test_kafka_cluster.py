@@ -1,0 +1,95 @@
+"""scripts/kafka-cluster's failures, each one line saying what to do
+(docs/real-kafka.md). No cluster is started here: each case fails before."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from isr.kafka import cluster as kc
+from isr.kafka import jars
+
+SCRIPT = kc.REPO / "scripts" / "kafka-cluster"
+
+
+def run_script(*args: str, env: dict) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHON": sys.executable, **env}
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=full,
+                          timeout=120)
+
+
+def one_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 1, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+def test_port_in_use_names_the_port_and_the_way_out(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        # broker 2 would listen on base + 2
+        done = run_script("start", env={"ISR_KAFKA_DIR": str(tmp_path),
+                                        "ISR_KAFKA_PORT_BASE": str(port - 2)})
+    line = one_line(done)
+    assert line.startswith("kafka-cluster start: port ")
+    assert f"port {port} (broker-2) is in use" in line and "ISR_KAFKA_PORT_BASE" in line
+
+
+def test_no_java_says_how_to_install_it(tmp_path):
+    done = run_script("start", env={"ISR_KAFKA_DIR": str(tmp_path),
+                                    "JAVA_HOME": str(tmp_path / "no-java")})
+    assert "Java 17+ is needed" in one_line(done)
+
+
+def test_a_corrupt_jar_cache_is_named_with_the_remedy(tmp_path, monkeypatch):
+    monkeypatch.setenv("ISR_KAFKA_CACHE", str(tmp_path))
+    libs = tmp_path / f"kafka-{jars.kafka_version()}" / "libs"
+    libs.mkdir(parents=True)
+    broken = b"PK\x03\x04 a jar cut short"
+    (libs / "kafka-clients.jar").write_bytes(broken)
+    (libs / "manifest.json").write_text(json.dumps(
+        {"pom": jars._pom_digest(), "jars": {"kafka-clients.jar": len(broken)}}))
+    with pytest.raises(jars.ClusterError, match=r"is corrupt \(kafka-clients.jar is not a "
+                                              r"readable jar\): remove it \(rm -rf "):
+        jars.resolve_jars()
+
+
+@pytest.mark.skipif(shutil.which("mvn") is None, reason="needs Maven (mvn)")
+def test_maven_unreachable_is_its_own_error(tmp_path, monkeypatch):
+    """Real mvn, pointed at a mirror nobody listens on and an empty local
+    repository: the one error the real-cluster tests skip on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    settings = tmp_path / "settings.xml"
+    settings.write_text(
+        "<settings><mirrors><mirror><id>nowhere</id><mirrorOf>*</mirrorOf>"
+        f"<url>http://127.0.0.1:{closed}/maven2</url></mirror></mirrors></settings>")
+    monkeypatch.setenv("ISR_KAFKA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ISR_KAFKA_MVN_ARGS",
+                       f"-s {settings} -Dmaven.repo.local={tmp_path / 'm2'}")
+    with pytest.raises(jars.MavenUnreachable, match="Maven Central is unreachable"):
+        jars.resolve_jars(quiet=True)
+
+
+def test_broker_properties_follow_the_docs():
+    conf = kc.ClusterConfig(dir=Path("/x"), port_base=19250, replica_lag_time_max_ms=4000)
+    props = dict(line.split("=", 1) for line in
+                 kc.server_properties(conf, 2, Path("/x/broker-2")).splitlines())
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19252"
+    assert props["controller.quorum.voters"] == "0@127.0.0.1:19250"
+    assert props["replica.lag.time.max.ms"] == "4000"
+    assert props["num.network.threads"] == props["num.io.threads"] == "2"
+    assert int(props["log.cleaner.dedupe.buffer.size"]) <= 8 << 20
+    controller = kc.server_properties(conf, 0, Path("/x/controller"))
+    assert "process.roles=controller" in controller and "broker.session.timeout.ms=" in controller
