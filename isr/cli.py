@@ -494,8 +494,8 @@ def cmd_tap_cluster(args: argparse.Namespace) -> int:
         print(f"isr tap cluster: the {name} tap stopped (exit {code}); stopping the others",
               file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: a clean stop of every tap
-        return 0
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: every tap stopped, 130 as every command
+        return 130
     finally:
         taps.stop()
 

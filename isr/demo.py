@@ -113,10 +113,10 @@ def run_demo(config: Optional[str], overrides: list[str], duration: Optional[flo
             if code != FALL_BACK:
                 return code
         elif cluster == "kafka":
-            raise ConfigError(f"demo: --cluster kafka: {why}")
+            raise ConfigError(f"--cluster kafka: {why}")
         else:
-            stages.print(f"[yellow]no real Kafka here ({why}): the embedded broker and the "
-                         "simulator instead[/]")
+            stages.print(f"[yellow]no real Kafka here ({why.split(':')[0]}): the embedded "
+                         "broker and the simulator instead[/]")
     return _run_embedded(config, overrides, duration, stages, broker_port)
 
 
@@ -127,15 +127,15 @@ def _run_embedded(config: Optional[str], overrides: list[str], duration: Optiona
     try:  # before anything starts: the broker comes from an optional extra
         tansu_binary()
     except EmbeddedBrokerError as exc:
-        raise ConfigError(f"demo: {exc}") from None
+        raise ConfigError(str(exc)) from None
     if broker_port is not None and not _port_free(broker_port):
-        raise ConfigError(f"demo: --broker-port {broker_port}: already in use")
+        raise ConfigError(f"--broker-port {broker_port}: already in use")
     try:
         with EmbeddedBroker(port=broker_port) as broker:
             stages.stage(f"broker up at {broker.bootstrap} (embedded Tansu)")
             return _with_broker(broker, config, overrides, duration, stages)
     except EmbeddedBrokerError as exc:
-        print(f"isr: demo: {exc}", file=sys.stderr)
+        print(f"isr demo: {exc}", file=sys.stderr)
         return 1
 
 
@@ -202,7 +202,7 @@ def _show_changes(query, settings: Settings, bootstrap: str, duration: Optional[
     try:
         while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
             if query.exception() is not None:  # one line, the report in a file
-                return _failed(query.exception(), "isr: demo")
+                return _failed(query.exception(), "isr demo")
             if stages.done < STAGES and _batch_started(query):
                 stages.stage("first batch: the job is reading the events so far; the first "
                              f"ISR change is due from about {due}")

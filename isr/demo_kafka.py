@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -60,7 +61,7 @@ def why_no_kafka() -> Optional[str]:
     try:
         java_binary()
     except ClusterError as exc:
-        return str(exc).split(":")[0]
+        return str(exc)
     libs = cache_root() / f"kafka-{kafka_version()}" / "libs"
     if check_cache(libs) is not None and shutil.which("mvn") is None:
         return "no Maven (mvn) to fetch Kafka's jars"
@@ -75,6 +76,7 @@ def run_kafka_demo(config: Optional[str], overrides: list[str], duration: Option
 
     cluster = KafkaCluster(cluster_config(port_base))
     try:
+        cluster._check_ports()  # before anything starts: one line, nothing to stop
         if check_cache(cache_root() / f"kafka-{kafka_version()}" / "libs") is not None:
             stages.print(f"fetching Kafka {kafka_version()}'s jars with Maven (once, about "
                          "30 s)...")
@@ -98,7 +100,7 @@ def run_kafka_demo(config: Optional[str], overrides: list[str], duration: Option
                      f"+ 3 brokers (logs in {cluster.conf.dir})")
         return _with_cluster(cluster, settings, spark, duration, stages)
     except ClusterError as exc:
-        stages.print(f"isr: demo: {exc}")
+        print(f"isr demo: {exc}", file=sys.stderr)
         return 1
     finally:
         cluster.stop(quiet=True)  # no broker left behind, also on Ctrl-C and errors
