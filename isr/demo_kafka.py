@@ -128,12 +128,13 @@ class SparkStart:
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             self.error = exc
 
-    def session(self):
-        while self.thread.is_alive():
+    def session(self, stop: threading.Event):
+        """The session, or None if `stop` came first (SIGTERM while Spark starts)."""
+        while self.thread.is_alive() and not stop.is_set():
             self.thread.join(0.2)  # short joins: Ctrl-C still interrupts the wait
         if self.error is not None:
             raise self.error
-        return self.spark
+        return None if stop.is_set() else self.spark
 
 
 def _create_topics(cluster, settings: Settings) -> int:
@@ -231,8 +232,8 @@ def _with_cluster(cluster, settings: Settings, spark_start: SparkStart,
                      f"[cyan]{topic}[/]; broker {PAUSED} pauses every {EVERY_S:g} s from "
                      f"+{FIRST_PAUSE_S:g} s, longer than the {lag:g} s lag limit, shorter than "
                      f"the {session:g} s session timeout")
-        spark = spark_start.session()
-        if stop.is_set():
+        spark = spark_start.session(stop)
+        if spark is None:
             return 0
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         stages.stage(f"Spark started ({settings.stream.master}); the job reads [cyan]{topic}[/] "
