@@ -75,6 +75,15 @@ def run_kafka_demo(config: Optional[str], overrides: list[str], duration: Option
                                 kafka_version, resolve_jars)
 
     cluster = KafkaCluster(cluster_config(port_base))
+    stop = threading.Event()
+
+    def interrupt(*_) -> None:  # until the cluster is up: stop its start now
+        stop.set()
+        raise KeyboardInterrupt
+
+    # Ours, not isr.signals': the cluster's stop may take longer than its grace.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupt)
     try:
         cluster._check_ports()  # before anything starts: one line, nothing to stop
         if check_cache(cache_root() / f"kafka-{kafka_version()}" / "libs") is not None:
@@ -98,10 +107,13 @@ def run_kafka_demo(config: Optional[str], overrides: list[str], duration: Option
         cluster.start()
         stages.stage(f"Kafka {kafka_version()} up at {cluster.bootstrap}: 1 KRaft controller "
                      f"+ 3 brokers (logs in {cluster.conf.dir})")
-        return _with_cluster(cluster, settings, spark, duration, stages)
+        return _with_cluster(cluster, settings, spark, duration, stages, stop)
     except ClusterError as exc:
         print(f"isr demo: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        stages.print("stopping...")
+        return 130
     finally:
         cluster.stop(quiet=True)  # no broker left behind, also on Ctrl-C and errors
 
@@ -203,12 +215,12 @@ def _now() -> str:
 
 
 def _with_cluster(cluster, settings: Settings, spark_start: SparkStart,
-                  duration: Optional[float], stages: Stages) -> int:
+                  duration: Optional[float], stages: Stages, stop: threading.Event) -> int:
     from isr.stream.job import run_to_kafka
     from isr.tap.live import RunningTaps, kafka_cluster_taps
 
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for sig in (signal.SIGINT, signal.SIGTERM):  # from now on a clean stop at the next look
+        signal.signal(sig, lambda *_: stop.set())
     conf = cluster.conf
     topic = settings.input.topics[0]
     parts = _create_topics(cluster, settings)
@@ -224,18 +236,18 @@ def _with_cluster(cluster, settings: Settings, spark_start: SparkStart,
         # next ISR check (every lag/2) has run
         due = time.strftime("%H:%M:%S", time.localtime(
             time.time() + FIRST_PAUSE_S + 1.5 * conf.replica_lag_time_max_ms / 1000))
+        first = time.monotonic() - stages.started + FIRST_PAUSE_S  # as the stage times
         for t in threads:
             t.start()
         lag, session = conf.replica_lag_time_max_ms / 1000, conf.broker_session_timeout_ms / 1000
         stages.stage(f"topics created: a producer writes acks=all to [cyan]{LOAD_TOPIC}[/] "
                      f"(RF 3, min ISR 2); {len(taps.procs)} taps on the brokers' logs write to "
                      f"[cyan]{topic}[/]; broker {PAUSED} pauses every {EVERY_S:g} s from "
-                     f"+{FIRST_PAUSE_S:g} s, longer than the {lag:g} s lag limit, shorter than "
+                     f"+{first:.0f} s, longer than the {lag:g} s lag limit, shorter than "
                      f"the {session:g} s session timeout")
         spark = spark_start.session(stop)
         if spark is None:
             return 0
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
         stages.stage(f"Spark started ({settings.stream.master}); the job reads [cyan]{topic}[/] "
                      f"and writes decisions to [cyan]{settings.output.changes_topic}[/]")
         query = run_to_kafka(settings, spark=spark)
