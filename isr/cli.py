@@ -143,7 +143,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from isr.demo import run_demo
 
-    return run_demo(args.config, args.set or [], args.duration, Console(), args.broker_port)
+    return run_demo(args.config, args.set or [], args.duration, Console(), args.broker_port,
+                    args.cluster)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -266,17 +267,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("demo", help="embedded broker + simulator + job, ISR changes shown live",
-                       description="Start the embedded Kafka-protocol broker (Tansu), the "
-                                   "cluster simulator's `demo` scenario in real time (broker 3 "
-                                   "pauses longer than the lag limit every 40 s) and the "
-                                   "streaming job, and show ISR changes as the job writes them. "
-                                   "Ctrl-C stops everything.")
+    p = sub.add_parser("demo", help="a real Kafka cluster (or the embedded broker + simulator), "
+                                    "the taps and the job, ISR changes shown live",
+                       description="Start a real 3-broker Apache Kafka cluster (KRaft; its jars "
+                                   "fetched with Maven once), a producer (acks=all, RF 3, min "
+                                   "ISR 2), the taps on the brokers' logs and the streaming job, "
+                                   "and pause broker 3 (SIGSTOP) longer than the lag limit "
+                                   "every 40 s; without Java or Maven, the embedded "
+                                   "Kafka-protocol broker (Tansu) and the cluster simulator's "
+                                   "`demo` scenario instead. ISR changes are shown as the job "
+                                   "writes them. Ctrl-C stops everything.")
+    p.add_argument("--cluster", choices=("auto", "kafka", "embedded"), default="auto",
+                   help="kafka: the real cluster; embedded: the embedded broker + simulator; "
+                        "auto (default): kafka where Java and Maven are, else embedded")
     p.add_argument("--duration", type=float, metavar="SECONDS",
                    help="stop this long after Spark has started (default: until Ctrl-C)")
     p.add_argument("--broker-port", type=int, metavar="PORT",
-                   help="the embedded broker's port (default: a free one); the metrics "
-                        "endpoint's is metrics.port")
+                   help="the embedded broker's port (default: a free one), or the real "
+                        "cluster's first port (controller; brokers the next three; default "
+                        "19300); the metrics endpoint's is metrics.port")
     _add_config_options(p)
     p.set_defaults(func=cmd_demo)
 
@@ -404,6 +413,22 @@ def _add_tap_parsers(sub) -> None:
                         "bootstrap servers")
     p.set_defaults(func=cmd_tap_state_change)
 
+    p = kinds.add_parser("cluster", help="every tap of a running cluster, as the demo and "
+                                         "compose run them",
+                         description="Per broker `tap request-log -F` (topic ids from the "
+                                     "cluster), `tap state-change -F` and `tap server-log -F` on "
+                                     "its log files, and one `tap metadata --poll`, each its own "
+                                     "process (isr/tap/live.py), until stopped.")
+    p.add_argument("--log-path", required=True, metavar="TEMPLATE",
+                   help="a broker's log file, {broker} and {file} filled in, e.g. "
+                        "/logs/broker-{broker}/{file}")
+    p.add_argument("--brokers", required=True, metavar="ID,ID,...", help="the broker ids")
+    p.add_argument("--bootstrap", required=True, help="the cluster's bootstrap servers")
+    p.add_argument("--interval-s", type=float, default=5.0,
+                   help="seconds between metadata polls (default 5)")
+    common(p, None)
+    p.set_defaults(func=cmd_tap_cluster)
+
 
 def _topic_ids(where: Optional[str], settings_factory):
     """FetchRequest v13+ names topics by id: a resolver from a dump or a cluster."""
@@ -468,6 +493,38 @@ def cmd_tap_state_change(args: argparse.Namespace) -> int:
     replicas = replicas_from(args.replicas, settings.kafka.connect_timeout_s,
                              settings.input.max_line_bytes)
     return _run_tap(args, StateChangeTap(args.cluster, _zone(args.timezone), replicas))
+
+
+def cmd_tap_cluster(args: argparse.Namespace) -> int:
+    import time
+
+    from isr.tap.live import ClusterTaps, RunningTaps
+
+    try:
+        brokers = [int(b) for b in args.brokers.split(",") if b.strip()]
+    except ValueError:
+        raise ConfigError(f"--brokers {args.brokers}: broker ids separated by commas") from None
+    if not brokers or "{broker}" not in args.log_path or "{file}" not in args.log_path:
+        raise ConfigError("--log-path needs {broker} and {file}, --brokers at least one id")
+    extra = (["--config", args.config] if args.config else []) + \
+        [f"--set={s}" for s in args.set or []]
+    taps = RunningTaps(ClusterTaps(args.log_path, brokers, args.bootstrap, args.to,
+                                   args.cluster, args.interval_s, extra=extra), stderr=None)
+    if not args.quiet:
+        print(f"isr tap cluster: {len(taps.taps.commands())} taps on brokers "
+              f"{','.join(map(str, brokers))} to {args.to}", file=sys.stderr)
+    try:
+        taps.start()
+        while not taps.failed():
+            time.sleep(0.5)
+        name, code = next(iter(taps.failed().items()))
+        print(f"isr tap cluster: the {name} tap stopped (exit {code}); stopping the others",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: every tap stopped, 130 as every command
+        return 130
+    finally:
+        taps.stop()
 
 
 def cmd_tap_metadata(args: argparse.Namespace) -> int:

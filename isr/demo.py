@@ -1,6 +1,8 @@
-"""`isr demo`: embedded broker + the simulator's `demo` scenario in real time +
-the streaming job, with ISR changes shown live in the terminal. Ctrl-C stops
-everything it started."""
+"""`isr demo`: a real 3-broker Apache Kafka cluster with a producer, the taps
+on its logs and a paused follower (isr/demo_kafka.py), or the embedded broker
++ the simulator's `demo` scenario in real time (here); then the streaming
+job, with ISR changes shown live in the terminal. Ctrl-C stops everything it
+started."""
 
 from __future__ import annotations
 
@@ -93,7 +95,33 @@ def _batch_started(query) -> bool:
 
 
 def run_demo(config: Optional[str], overrides: list[str], duration: Optional[float],
-             console: Console, broker_port: Optional[int] = None) -> int:
+             console: Console, broker_port: Optional[int] = None,
+             cluster: str = "auto") -> int:
+    """`cluster`: kafka (a real 3-broker cluster, isr/demo_kafka.py), embedded
+    (the embedded broker + the simulator), or auto: kafka where Java and
+    Maven (or the cached jars) are, else embedded, said in one line."""
+    load_settings(config, DEMO_OVERRIDES + list(overrides))  # a mistake stops us before any start
+    os.environ.setdefault("ISR_SPARK_LOG_LEVEL", "ERROR")  # keep the terminal readable
+    stages = Stages(console)
+    if cluster != "embedded":
+        from isr.demo_kafka import FALL_BACK, run_kafka_demo, why_no_kafka
+
+        why = why_no_kafka()
+        if why is None:
+            code = run_kafka_demo(config, overrides, duration, stages, broker_port,
+                                  may_fall_back=cluster == "auto")
+            if code != FALL_BACK:
+                return code
+        elif cluster == "kafka":
+            raise ConfigError(f"--cluster kafka: {why}")
+        else:
+            stages.print(f"[yellow]no real Kafka here ({why.split(':')[0]}): the embedded "
+                         "broker and the simulator instead[/]")
+    return _run_embedded(config, overrides, duration, stages, broker_port)
+
+
+def _run_embedded(config: Optional[str], overrides: list[str], duration: Optional[float],
+                  stages: Stages, broker_port: Optional[int]) -> int:
     from isr.kafka.embedded import EmbeddedBroker, EmbeddedBrokerError, tansu_binary
 
     try:  # before anything starts: the broker comes from an optional extra
@@ -102,9 +130,6 @@ def run_demo(config: Optional[str], overrides: list[str], duration: Optional[flo
         raise ConfigError(str(exc)) from None
     if broker_port is not None and not _port_free(broker_port):
         raise ConfigError(f"--broker-port {broker_port}: already in use")
-    load_settings(config, DEMO_OVERRIDES + list(overrides))  # a mistake stops us before any start
-    os.environ.setdefault("ISR_SPARK_LOG_LEVEL", "ERROR")  # keep the terminal readable
-    stages = Stages(console)
     try:
         with EmbeddedBroker(port=broker_port) as broker:
             stages.stage(f"broker up at {broker.bootstrap} (embedded Tansu)")
@@ -155,15 +180,23 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
 
 
 def _show_changes(query, settings: Settings, bootstrap: str, duration: Optional[float],
-                  stop: threading.Event, stages: Stages, due: str) -> int:
-    from confluent_kafka import Consumer
+                  stop: threading.Event, stages: Stages, due: str,
+                  partitions: Optional[int] = None) -> int:
+    """Print the job's ISR changes until stopped. With `partitions`, the
+    changes topic's partitions are assigned, not subscribed: no consumer
+    group, whose coordinator may be the broker the real-cluster demo pauses."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     from isr.stream.running import _failed
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "isr-demo",
                          "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
-                         "log_level": 3})
-    consumer.subscribe([settings.output.changes_topic])
+                         "enable.auto.commit": partitions is None, "log_level": 3})
+    if partitions is None:
+        consumer.subscribe([settings.output.changes_topic])
+    else:
+        consumer.assign([TopicPartition(settings.output.changes_topic, p, OFFSET_BEGINNING)
+                         for p in range(partitions)])
     deadline = time.monotonic() + duration if duration else None
     shown = 0
     try:

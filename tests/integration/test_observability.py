@@ -172,8 +172,17 @@ def test_rules_and_config_pass_promtool_and_the_compose_file_validates():
     log4j = (ROOT / "conf/compose/kafka-log4j.properties").read_text()
     assert "log4j.logger.kafka.request.logger=DEBUG, requestAppender" in log4j
     tap = (ROOT / "conf/compose/tap.sh").read_text()
-    for source in ("tap request-log", "tap server-log", "tap metadata --poll"):
-        assert source in tap
+    assert "exec isr tap cluster --log-path '/logs/broker-{broker}/{file}' --brokers 1,2,3" in tap
+    assert "log4j.logger.state.change.logger=INFO, stateChangeAppender" in log4j
+    # The same taps as the tests and the demo (isr/tap/live.py), on the volume's logs.
+    from isr.tap.live import ClusterTaps
+
+    taps = [" ".join(args) for _name, args in ClusterTaps(
+        "/logs/broker-{broker}/{file}", (1, 2, 3), "kafka-1:9092", "kafka://t").commands()]
+    for source in ("tap request-log /logs/broker-3/kafka-request.log -F --broker 3 --topic-ids",
+                   "tap state-change /logs/broker-3/state-change.log -F",
+                   "tap server-log /logs/broker-3/server.log -F", "tap metadata --poll"):
+        assert any(t.startswith(source) for t in taps), source
     assert subprocess.run(["sh", "-n", "conf/compose/tap.sh"], cwd=ROOT).returncode == 0
     # It keeps running and can be reached: no obsolete `version` key, Kafka
     # published to the host, the simulator profile without end and restarted.

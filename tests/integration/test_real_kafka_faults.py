@@ -299,33 +299,28 @@ def test_a_controlled_shutdown_moves_leaders_then_the_broker_rejoins(kafka, tmp_
 
 
 def test_live_taps_follow_the_cluster_through_a_pause(kafka, tmp_path):
-    """The taps as they run beside a cluster (issue 22 section 3): `isr tap
-    request-log -F` on each broker's growing request log (topic ids asked
-    from the cluster) and `isr tap metadata --poll`, started before the
+    """The taps as they run beside a cluster (issue 22 section 3), the demo's
+    and compose's (isr/tap/live.py): `isr tap request-log -F` on each broker's
+    growing request log (topic ids asked from the cluster), `state-change -F`
+    and `server-log -F`, and `isr tap metadata --poll`, started before the
     fault and stopped with SIGTERM after it; replayed, their events give the
     paused follower's shrink and expand on the partitions of leaders 1 and 2."""
-    import signal
-    import subprocess
-    import sys
-
     from helpers import ROOT
+
+    from isr.tap.live import RunningTaps, kafka_cluster_taps
 
     paused = 3
     topic = f"live-{uuid.uuid4().hex[:6]}"
     create_topics(kafka, (topic, 3))
-    taps = []
-    for b in BROKER_IDS:
-        taps.append((tmp_path / f"broker-{b}.jsonl",
-                     ["request-log", str(kafka.log(b, "kafka-request.log")), "-F", "--broker",
-                      str(b), "--topic-ids", kafka.bootstrap]))
-    taps.append((tmp_path / "poll.jsonl",
-                 ["metadata", "--poll", kafka.bootstrap, "--interval-s", "0.5"]))
-    procs = [subprocess.Popen([sys.executable, "-m", "isr.cli", "tap", *args, "--to", str(out),
-                               "-q"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-             for out, args in taps]
+    # The taps as the demo and compose run them (isr/tap/live.py), each into its own file.
+    errors = open(tmp_path / "taps.err", "w")
+    taps = RunningTaps(kafka_cluster_taps(kafka, str(tmp_path / "{tap}.jsonl"),
+                                          poll_interval_s=0.5), cwd=ROOT, stderr=errors)
+    poll = tmp_path / "metadata.jsonl"
     try:
+        taps.start()
         # the poller's first snapshot (its client takes seconds to start here)
-        wait_for(lambda: taps[-1][0].exists() and topic in taps[-1][0].read_text(), 60,
+        wait_for(lambda: poll.exists() and topic in poll.read_text(), 60,
                  "the metadata poller's first poll")
         with producing(kafka, topic) as counts:
             time.sleep(3)
@@ -337,14 +332,16 @@ def test_live_taps_follow_the_cluster_through_a_pause(kafka, tmp_path):
             time.sleep(2)
     finally:
         stopped = time.monotonic()
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        errors = [p.communicate(timeout=20)[1] for p in procs]
+        codes = taps.stop()
+        errors.close()
     assert time.monotonic() - stopped < 10, "a tap did not stop on SIGTERM within seconds"
-    assert [p.returncode for p in procs] == [0] * len(procs), errors
+    # 130: stopped by the signal, as every command (README, "Exit codes")
+    assert set(codes.values()) == {130}, (codes, (tmp_path / "taps.err").read_text()[-3000:])
+    outputs = [str(p) for name in codes if (p := tmp_path / f"{name}.jsonl").exists()]
+    assert {"request-log-1", "request-log-2", "metadata"} <= {Path(o).stem for o in outputs}
     assert counts["failed"] == 0
     leaders = {p: leader for p, (leader, _isr) in isr_of(kafka, topic).items()}
-    r = cli("replay", "--merge", *[str(out) for out, _ in taps], "--no-state", "-q", "--set",
+    r = cli("replay", "--merge", *outputs, "--no-state", "-q", "--set",
             f"monitor.replica_lag_time_max_ms={kafka.conf.replica_lag_time_max_ms}")
     assert r.returncode == 0, r.stderr
     ours = [json.loads(line) for line in r.stdout.splitlines()]

@@ -30,6 +30,7 @@ from isr.stream.sink import read_to_end
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_PORT = 19510  # the demo's broker; metrics on the next one
+DEMO_KAFKA_PORT = 19600  # the real-cluster demo's controller, brokers the next three
 
 
 def _run(config: Path) -> subprocess.Popen:
@@ -138,7 +139,7 @@ def test_builtin_kafka_format_without_its_jar_fails_with_instructions(spark):
 
 
 def test_demo_shows_its_stages_then_isr_changes_without_spark_warnings():
-    """`isr demo` as a user runs it: numbered stage lines until the first ISR
+    """`isr demo --cluster embedded` (where Java or Maven is missing) as a user runs it: numbered stage lines until the first ISR
     change, changes with milliseconds, no Spark WARN line on the terminal
     (stdout and stderr), and Ctrl-C stops it. It is stopped at the first
     change instead of after a fixed --duration: Spark's start takes 15 s to
@@ -147,8 +148,8 @@ def test_demo_shows_its_stages_then_isr_changes_without_spark_warnings():
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     env.pop("ISR_SPARK_LOG_LEVEL", None)  # the demo's own defaults, not the tests'
     proc = subprocess.Popen(
-        [sys.executable, "-m", "isr.cli", "demo", "--duration", "300", "--broker-port",
-         str(DEMO_PORT), "--set", f"metrics.port={DEMO_PORT + 1}"],
+        [sys.executable, "-m", "isr.cli", "demo", "--cluster", "embedded", "--duration", "300",
+         "--broker-port", str(DEMO_PORT), "--set", f"metrics.port={DEMO_PORT + 1}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)  # its own process group, as in a terminal
     lines: "queue.Queue[str]" = queue.Queue()
@@ -186,6 +187,79 @@ def test_demo_shows_its_stages_then_isr_changes_without_spark_warnings():
     assert "log4j profile" not in out and "Setting default log level" not in out, out
     assert re.search(r"stopping \([1-9]\d* ISR changes shown\)", out), out
     assert stop_s < 30, f"Ctrl-C took {stop_s:.0f} s"
+
+
+def _lines_of(proc) -> "queue.Queue[str]":
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
+    return lines
+
+
+@pytest.mark.kafka
+def test_demo_on_a_real_cluster_shows_the_paused_brokers_shrink_and_expand(tmp_path):
+    """`isr demo --cluster kafka` (the default where Java and Maven are): its
+    own 3-broker cluster, the producer, the taps and the job; broker 3's
+    pause shows as a shrink then an expand of a partition it follows; Ctrl-C
+    stops it all, no Kafka node nor tap left running."""
+    from isr.kafka.jars import MavenUnreachable, resolve_jars
+
+    try:
+        resolve_jars(quiet=True)
+    except MavenUnreachable as exc:
+        pytest.skip(f"real Kafka cluster: {exc}")
+    cluster_dir = tmp_path / "cluster"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, ISR_KAFKA_DIR=str(cluster_dir))
+    env.pop("ISR_SPARK_LOG_LEVEL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "isr.cli", "demo", "--cluster", "kafka", "--broker-port",
+         str(DEMO_KAFKA_PORT), "--set", f"metrics.port={DEMO_KAFKA_PORT + 50}"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    lines, seen = _lines_of(proc), []
+    change = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} (shrink|expand) (payments-\d) replicas \[3\] ")
+
+    def shrunk_and_expanded() -> set:
+        found = [m.groups() for m in map(change.match, seen) if m]
+        return {p for a, p in found if a == "shrink"} & {p for a, p in found if a == "expand"}
+
+    try:
+        deadline = time.monotonic() + 200
+        while not shrunk_and_expanded() and time.monotonic() < deadline:
+            try:
+                seen.append(lines.get(timeout=1))
+            except queue.Empty:
+                assert proc.poll() is None, "".join(seen)[-3000:]
+        assert shrunk_and_expanded(), "".join(seen)[-3000:]
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        stopping = time.monotonic()
+        assert proc.wait(timeout=90) == 0, "".join(seen)[-3000:]
+        stop_s = time.monotonic() - stopping
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    time.sleep(0.5)
+    while not lines.empty():
+        seen.append(lines.get())
+    out = "".join(seen)
+    stages = [ln for ln in seen if re.match(r"^\[\d/4\] \+\d+\.\d s ", ln)]
+    names = ["Kafka 4.", "topics created", "Spark started", "first batch"]
+    assert [ln[:5] for ln in stages] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"], out
+    assert all(ln.split(" s ", 1)[1].startswith(name) for ln, name in zip(stages, names)), out
+    assert "broker 3 paused (SIGSTOP" in out and "broker 3 resumed (SIGCONT)" in out, out
+    assert re.search(r"stopping \([1-9]\d* ISR changes shown\)", out), out
+    assert stop_s < 45, f"Ctrl-C took {stop_s:.0f} s"
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_has(
+        pid, (str(cluster_dir), f"127.0.0.1:{DEMO_KAFKA_PORT + 1}"))]
+    assert not left, f"left running: {left}"
+
+
+def _cmdline_has(pid: str, needles) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    return any(n in cmd for n in needles)
 
 
 def test_spark_submit_runs_the_job_script(broker, tmp_path):
