@@ -67,12 +67,15 @@ def kafka_cluster():
 def kafka(kafka_cluster):
     """The session's cluster with every node up and running at the start of
     the test (one a test paused or stopped is resumed or restarted); a node
-    that died on its own during the test fails it with its server.log tail."""
+    that died on its own during the test fails it with its server.log tail.
+    The test starts once every ISR is full again, so the ISR changes and the
+    brokers' counters it sees are its own, not an earlier test's recovery."""
     for node in kafka_cluster.nodes:
         if kafka_cluster.expected.get(node) == "paused":
             kafka_cluster.resume(node)
         elif kafka_cluster.pid(node) is None:
             kafka_cluster.restart_node(node)
+    kafka_cluster.wait_calm()
     yield kafka_cluster
     kafka_cluster.check()
 

@@ -407,6 +407,33 @@ class KafkaCluster:
             return []
         return sorted(md.brokers)
 
+    def under_replicated(self) -> Optional[list[str]]:
+        """Partitions whose ISR is not all their replicas, by a Metadata round
+        trip (None if nobody answers)."""
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            md = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0,
+                              "socket.connection.setup.timeout.ms": 1000}).list_topics(timeout=5)
+        except Exception:  # noqa: BLE001 - not answering yet
+            return None
+        return sorted(f"{t}-{p}" for t, tm in md.topics.items() for p, pm in tm.partitions.items()
+                      if set(pm.isrs) != set(pm.replicas))
+
+    def wait_calm(self, timeout_s: float = 60.0) -> None:
+        """Until every partition's ISR holds all its replicas: a node just
+        restarted or resumed is caught up, so what a test counts from now on
+        (ISR changes, the brokers' counters) is its own."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            behind = self.under_replicated()
+            if behind == []:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the Kafka cluster did not catch up within {timeout_s:.0f} s "
+                                   f"(under-replicated: {', '.join(behind or ['no answer'])[:300]})")
+            time.sleep(0.5)
+
     def check(self) -> None:
         """Raise NodeDied (with the tail of its server.log) for a node that
         should run and does not."""
