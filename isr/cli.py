@@ -209,7 +209,7 @@ def cmd_files(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"files: --out {out}: not a directory")
+        raise ConfigError(f"--out {out}: not a directory")
     for path in write_files(out):
         print(path)
     print(f"then: spark-submit --py-files isr_monitor-{__version__}-py3-none-any.whl "

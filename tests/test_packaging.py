@@ -49,7 +49,7 @@ def test_isr_files_into_a_file_is_a_one_line_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "isr.cli", "files", "--out", "taken"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == ["isr: files: --out taken: not a directory"]
+    assert out.stderr.strip().splitlines() == ["isr files: --out taken: not a directory"]
 
 
 def test_the_job_takes_config_and_warns_on_its_old_conf_flag(tmp_path):
