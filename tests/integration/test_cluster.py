@@ -31,9 +31,10 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE = [f"monitor.replica_lag_time_max_ms={workload.LAG_MS}", "monitor.allowed_lateness_ms=1000"]
 
 
-def config_file(tmp_path: Path, broker, name: str) -> Path:
-    """The job's configuration for one test: topics and a query of its own."""
-    return workload.job_config(tmp_path, broker, name, f"{name}.in", limit=2000)
+def config_file(tmp_path: Path, broker, name: str, limit: int = 2000) -> Path:
+    """The job's configuration for one test: topics and a query of its own,
+    at most `limit` records per micro-batch."""
+    return workload.job_config(tmp_path, broker, name, f"{name}.in", limit=limit)
 
 
 def spark_submit(cluster, driver_python: Path, executor_python: Path, args: list[str],
@@ -234,10 +235,7 @@ def wait_for_commits(commits: Path, n: int, job: subprocess.Popen, log: Path) ->
 
 
 def small_batches(tmp_path: Path, broker, name: str) -> Path:
-    config = config_file(tmp_path, broker, name)
-    config.write_text(config.read_text().replace("max_offsets_per_trigger = 2000",
-                                                 "max_offsets_per_trigger = 250"))
-    return config
+    return config_file(tmp_path, broker, name, limit=250)
 
 
 def test_the_driver_killed_and_started_again_continues_exactly_once(
