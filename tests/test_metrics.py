@@ -4,8 +4,8 @@ read back through prometheus-client's own registry, and the endpoint."""
 from __future__ import annotations
 
 import json
-import ssl
 import re
+import ssl
 from pathlib import Path
 
 import httpx
