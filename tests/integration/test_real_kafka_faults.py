@@ -1,8 +1,8 @@
 """Faults on the real cluster while a producer writes with acks=all to RF-3
 topics with min.insync.replicas=2 (issue 22 section 2), and the monitor on
 what the cluster wrote: the taps on its request logs and metadata log, then
-`isr replay`, against the ISR changes the controller committed
-(docs/real-kafka.md has the measured times)."""
+`isr replay` (and `isr verify`), against the ISR changes the controller
+committed (docs/real-kafka.md has the measured times)."""
 
 from __future__ import annotations
 
