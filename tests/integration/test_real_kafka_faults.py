@@ -311,9 +311,15 @@ def test_a_slow_follower_falls_out_by_the_lag_rule_and_is_taken_back(kafka, tmp_
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert f"3 partitions, {2 * len(followed)} ISR changes agree, 0 partitions differ" in (
         verified.stdout), verified.stdout
+    counted = {}  # the leaders' own counters, as in the pause test
+    for p in followed:
+        b = leaders[p]
+        theirs = run.counted(b, "isrshrinkspersec") + run.counted(b, "isrexpandspersec")
+        assert theirs == run.logged(b, "ISR updated to") <= 2, (b, theirs)
+        counted[b] = theirs
     print("\nfault slow follower:", json.dumps({"shrunk_seen": shrunk_ms,
                                                 "unthrottled": unthrottled_ms,
-                                                "changes": timing}))
+                                                "changes": timing, "brokers_counted": counted}))
 
 
 def test_a_killed_broker_is_fenced_its_leaders_move_and_it_rejoins(kafka, tmp_path):
