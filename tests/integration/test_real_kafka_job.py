@@ -1,8 +1,8 @@
 """The streaming job on the real cluster (issue 22 section 3): the taps write
 a pause of broker 3 to a topic of the cluster they watch, `isr run` (Python
 Kafka source, `input.source` default) reads it from that cluster and writes
-ISR changes, alerts and state back to it; read back, they are `isr replay`'s
-of the same events."""
+ISR changes, alerts and state back to it; so does `spark-submit
+jobs/isr_monitor.py`; read back, both are `isr replay`'s of the same events."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
@@ -19,7 +20,7 @@ from test_real_kafka_faults import isr_of, producing, wait_for
 
 from isr.config import load_settings
 from isr.kafka.cluster import BROKER_IDS
-from isr.kafka.load import create_rf3_topics, create_topics, rf3_topic
+from isr.kafka.load import create_rf3_topics
 from isr.replay import replay
 from isr.stream.sink import read_to_end
 from isr.tap.live import RunningTaps, kafka_cluster_taps
@@ -28,8 +29,9 @@ pytestmark = pytest.mark.kafka
 LATENESS_MS = 2000  # the taps are separate processes (the demo's setting)
 
 
-def job_settings(kafka, name: str, tmp_path) -> list[str]:
-    return [f"kafka.bootstrap_servers={kafka.bootstrap}", f'input.topics=["{name}.in"]',
+def job_settings(kafka, name: str, tmp_path, source: str) -> list[str]:
+    """Reading `source`, writing `name`.* topics."""
+    return [f"kafka.bootstrap_servers={kafka.bootstrap}", f'input.topics=["{source}"]',
             f"monitor.replica_lag_time_max_ms={kafka.conf.replica_lag_time_max_ms}",
             f"monitor.allowed_lateness_ms={LATENESS_MS}", "monitor.min_insync_replicas=2",
             f"output.changes_topic={name}.changes", f"output.state_topic={name}.state",
@@ -61,9 +63,7 @@ def test_isr_run_on_the_real_cluster_writes_what_replay_decides(kafka, tmp_path)
     paused = 3
     name = f"job{uuid.uuid4().hex[:6]}"
     load = f"{name}-load"
-    create_rf3_topics(kafka.bootstrap, (load, 3), (f"{name}.in", 2))
-    create_topics(kafka.bootstrap, [rf3_topic(f"{name}.{t}", 1) for t in
-                                    ("changes", "state", "dead", "alerts", "commits")])
+    create_rf3_topics(kafka.bootstrap, (load, 3), (f"{name}.in", 2))  # the job makes its own
     errors = open(tmp_path / "taps.err", "w")
     taps = RunningTaps(kafka_cluster_taps(
         kafka, f"kafka://{name}.in", poll_interval_s=0.5,
@@ -88,24 +88,36 @@ def test_isr_run_on_the_real_cluster_writes_what_replay_decides(kafka, tmp_path)
     events = messages(kafka, f"{name}.in", 2)
     path = tmp_path / "events.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in sorted(events, key=lambda e: e["ts"])))
-    overrides = job_settings(kafka, name, tmp_path)
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
-    started = time.monotonic()
-    job = subprocess.run([sys.executable, "-m", "isr.cli", "run", "--available-now",
-                          *[a for o in overrides for a in ("--set", o)]],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
-    took = time.monotonic() - started
-    assert job.returncode == 0, job.stderr[-3000:]
+    overrides = job_settings(kafka, name, tmp_path, f"{name}.in")
     result = replay([str(path)], load_settings(None, overrides).monitor)
     # The stream decides what lies below its last watermark.
     watermark = max(e["ts"] for e in events) - LATENESS_MS
     final = [json.loads(d.model_dump_json()) for d in result.decisions if d.ts < watermark]
     expected = {kind: sorted((d for d in final if d["type"] == kind), key=lambda d: d["id"])
                 for kind in ("isr_change", "alert")}
-    changes = sorted(messages(kafka, f"{name}.changes"), key=lambda d: d["id"])
-    alerts = sorted(messages(kafka, f"{name}.alerts"), key=lambda d: d["id"])
-    assert changes == expected["isr_change"]
-    assert alerts == expected["alert"]
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYTHONPATH=str(ROOT), ISR_SPARK_LOG_LEVEL="ERROR")
+    spark_submit = str(Path(sys.executable).with_name("spark-submit"))
+    took = {}
+    # `isr run`, then spark-submit as docs/streaming.md runs the job: each
+    # with output topics and a checkpoint of its own, on the same input
+    for launcher, prefix, command in [
+            ("isr run", name, [sys.executable, "-m", "isr.cli", "run"]),
+            ("spark-submit", f"{name}.s", [spark_submit, "--master", "local[2]",
+                                           "jobs/isr_monitor.py"])]:
+        own = job_settings(kafka, prefix, tmp_path / prefix, f"{name}.in")
+        started = time.monotonic()
+        job = subprocess.run([*command, "--available-now", *[a for o in own for a in ("--set", o)]],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+        took[launcher] = round(time.monotonic() - started, 1)
+        assert job.returncode == 0, (launcher, job.stderr[-3000:])
+        changes = sorted(messages(kafka, f"{prefix}.changes"), key=lambda d: d["id"])
+        alerts = sorted(messages(kafka, f"{prefix}.alerts"), key=lambda d: d["id"])
+        assert changes == expected["isr_change"], launcher
+        assert alerts == expected["alert"], launcher
+        states = messages(kafka, f"{prefix}.state")
+        assert {(s["topic"], s["partition"]) for s in states if s["topic"] == load} == {
+            (load, p) for p in range(3)}, launcher
     # broker 3's pause: a shrink and an expand on each partition of the load
     # topic that brokers 1 and 2 lead (where broker 3 leads, see docs/real-kafka.md)
     led = {p: leader for p, (leader, _isr) in isr_of(kafka, load).items()}
@@ -114,8 +126,5 @@ def test_isr_run_on_the_real_cluster_writes_what_replay_decides(kafka, tmp_path)
             mine = [(c["action"], sorted(c["isr_after"])) for c in changes
                     if (c["topic"], c["partition"]) == (load, p)]
             assert mine == [("shrink", [1, 2]), ("expand", [1, 2, 3])], (p, mine)
-    states = messages(kafka, f"{name}.state")
-    assert {(s["topic"], s["partition"]) for s in states if s["topic"] == load} == {
-        (load, p) for p in led}
-    print(f"\nisr run --available-now on the real cluster: {took:.1f} s, {len(events)} events, "
+    print(f"\nthe job on the real cluster (s, --available-now): {took}, {len(events)} events, "
           f"{len(changes)} changes, {len(alerts)} alerts")
