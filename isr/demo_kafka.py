@@ -153,15 +153,16 @@ def _create_topics(cluster, settings: Settings) -> int:
     """The load topic RF 3 (min.insync.replicas=2, one partition led by each
     broker); the monitor's input and output topics on brokers 1 and 2 only.
     Returns the changes topic's partition count."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
     from isr.kafka.jars import ClusterError
+    from isr.kafka.load import create_topics, rf3_topic
 
     out = settings.output
     pairs = [[1, 2], [2, 1]]
     parts = out.partitions if out.partitions > 0 else 2
     compact = {"cleanup.policy": "compact"}
-    new = [NewTopic(LOAD_TOPIC, 3, 3, config={"min.insync.replicas": "2"}),
+    new = [rf3_topic(LOAD_TOPIC, 3),
            NewTopic(out.commit_topic, 1, replica_assignment=[[1, 2]], config=compact)]
     new += [NewTopic(t, 2, replica_assignment=pairs, config={"min.insync.replicas": "1"})
             for t in settings.input.topics]
@@ -169,27 +170,11 @@ def _create_topics(cluster, settings: Settings) -> int:
                      config=compact if t in (out.state_topic, out.alerts_topic) else {})
             for t in (out.changes_topic, out.state_topic, out.dead_letter_topic,
                       out.alerts_topic)]
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
-    for name, future in admin.create_topics(new).items():
-        try:
-            future.result(timeout=30)
-        except Exception as exc:  # noqa: BLE001 - one line, not a traceback
-            raise ClusterError(f"creating topic {name} on the demo's cluster: {exc}") from None
+    try:
+        create_topics(cluster.bootstrap, new)
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
+        raise ClusterError(f"creating the demo's topics: {exc}") from None
     return parts
-
-
-def _produce(bootstrap: str, stop: threading.Event) -> None:
-    """acks=all to the load topic, LOAD_PER_S records a second."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                  "message.timeout.ms": 60000, "log_level": 0})
-    n = 0
-    while not stop.wait(1 / LOAD_PER_S):
-        p.produce(LOAD_TOPIC, key=str(n).encode(), value=b"x" * 100)
-        p.poll(0)
-        n += 1
-    p.flush(5)
 
 
 def _pauses(cluster, stop: threading.Event, stages: Stages) -> None:
@@ -216,6 +201,7 @@ def _now() -> str:
 
 def _with_cluster(cluster, settings: Settings, spark_start: SparkStart,
                   duration: Optional[float], stages: Stages, stop: threading.Event) -> int:
+    from isr.kafka.load import Producing
     from isr.stream.job import run_to_kafka
     from isr.tap.live import RunningTaps, kafka_cluster_taps
 
@@ -228,7 +214,8 @@ def _with_cluster(cluster, settings: Settings, spark_start: SparkStart,
         cluster, f"kafka://{topic}", cluster="demo",
         extra=["--set", f"kafka.bootstrap_servers={cluster.bootstrap}"]),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    threads = [threading.Thread(target=_produce, args=(cluster.bootstrap, stop), daemon=True),
+    producer = Producing(cluster.bootstrap, LOAD_TOPIC, LOAD_PER_S, stop=stop, flush_s=5)
+    threads = [producer.thread,
                threading.Thread(target=_pauses, args=(cluster, stop, stages), daemon=True)]
     try:
         taps.start()

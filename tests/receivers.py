@@ -132,12 +132,13 @@ def stop(proc: Optional[subprocess.Popen], workdir: str) -> None:
 
 
 class Prometheus:
-    """Debian's prometheus scraping `target` every second and evaluating the
-    rules of conf/prometheus/rules.yml every second."""
+    """Debian's prometheus scraping `target` (host:port, or a list) every
+    second and evaluating the rules of conf/prometheus/rules.yml every second."""
 
-    def __init__(self, target: str, rules: str) -> None:
+    def __init__(self, target, rules: str, port: Optional[int] = None) -> None:
+        targets = [target] if isinstance(target, str) else list(target)
         self.dir = tempfile.mkdtemp(prefix="isr-prom-")
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         shutil.copy(rules, os.path.join(self.dir, "rules.yml"))
         with open(os.path.join(self.dir, "prometheus.yml"), "w") as f:
@@ -149,7 +150,7 @@ rule_files: [rules.yml]
 scrape_configs:
   - job_name: isr-monitor
     static_configs:
-      - targets: ["{target}"]
+      - targets: {json.dumps(targets)}
 """)
         self.proc: Optional[subprocess.Popen] = None
 

@@ -124,6 +124,27 @@ def test_the_leader_leo_is_inferred_from_the_next_fetch_and_capped_reads_are_bou
     assert tap.approximate == {"reads whose LEO is only a lower bound": 1}
 
 
+def test_a_slow_followers_capped_read_is_raised_to_what_the_other_follower_read():
+    """A follower too slow to take all that was appended between its fetches
+    (issue 22's slow follower, seen on Kafka 4.4): its capped read's LEO is at
+    least what the other follower read before it, so the monitor sees it
+    behind instead of caught up at each next fetchOffset."""
+    fast = [_line(T0 + 1000 + 10 * i, fetch_request(15, 2, 7, 0, 0, [_part(0, 5000 * i)]),
+                  fetch_response(15, 0, [{"partitionIndex": 0, "highWatermark": 0,
+                                          "size": 500}])) for i in range(3)]
+    slow = [_line(T0 + 1025 + 100 * i, fetch_request(15, 3, 8, 0, 0, [_part(0, 100 * i)]),
+                  fetch_response(15, 0, [{"partitionIndex": 0, "highWatermark": 0,
+                                          "size": RESPONSE_MAX_BYTES}]))  # capped
+            for i in range(2)]
+    events, _tap = tap_request_log(sorted(fast + slow))
+    got = [(e["ts"] - T0, e["fetch_offset"], e["leader_leo"]) for e in events
+           if e["type"] == "fetch" and e["replica"] == 3]
+    # its first read came after replica 2's reads that showed LEO 10000 (the
+    # read at +1009 ms, whose next fetchOffset is 10000), so the leader had
+    # 10000 then, not the 100 its own next fetch asks for
+    assert got[0] == (1024, 0, 10000)
+
+
 def test_a_purgatory_wait_is_not_a_slow_read():
     """A caught-up follower's read found nothing and waited (remoteTimeMs):
     its fetch took effect at the first read; records that came during the wait

@@ -32,6 +32,11 @@ DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 CLUSTER = 'cluster=~"$cluster", policy="$policy"'
 PARTITION = CLUSTER + ', topic=~"$topic", partition=~"$partition"'
 GREEN, ORANGE, RED = "green", "orange", "red"
+# The brokers' own ReplicaManager metrics as the Prometheus JMX exporter java
+# agent exports them with jvm/kafka/jmx-exporter.yaml (read from a Kafka 4.4
+# broker's /metrics; docs/real-kafka.md). They carry no `cluster` label: a
+# Prometheus scraping several clusters' brokers sums them all.
+BROKER = "kafka_server_replicamanager_"
 
 
 def query(expr: str, legend: str = "__auto", ref: str = "A", instant: bool = False):
@@ -114,23 +119,48 @@ def overview():
                         .with_target(query(f"topk(10, isr_follower_lag_seconds{{{c}}})",
                                            instant=True))
                         .unit("s").grid_pos(GridPos(h=8, w=12, x=12, y=4)))
+            # Ours beside the brokers' own counters: a leader counts a change
+            # only when its AlterPartition response commits it, and the
+            # controller's removals (cause "controller") are in neither.
+            .with_panel(series("ISR shrinks and expands per second: monitor vs brokers",
+                               [(f'sum(rate(isr_shrinks_total{{{c}, cause="leader"}}[5m]))',
+                                 "shrinks (monitor)"),
+                                (f"sum(rate({BROKER}isrshrinkspersec_total[5m]))",
+                                 "shrinks (brokers)"),
+                                (f'sum(rate(isr_expands_total{{{c}, cause="leader"}}[5m]))',
+                                 "expands (monitor)"),
+                                (f"sum(rate({BROKER}isrexpandspersec_total[5m]))",
+                                 "expands (brokers)")], 0, 12, "ops"))
+            .with_panel(series("Under-replicated, under and at min ISR: monitor vs brokers",
+                               [(f"sum(isr_under_replicated_partitions{{{c}}})",
+                                 "under-replicated (monitor)"),
+                                (f"sum({BROKER}underreplicatedpartitions)",
+                                 "under-replicated (brokers)"),
+                                (f"sum(isr_under_min_isr_partitions{{{c}}})",
+                                 "under min ISR (monitor)"),
+                                (f"sum({BROKER}underminisrpartitioncount)",
+                                 "under min ISR (brokers)"),
+                                (f"sum(isr_at_min_isr_partitions{{{c}}})",
+                                 "at min ISR (monitor)"),
+                                (f"sum({BROKER}atminisrpartitioncount)",
+                                 "at min ISR (brokers)")], 12, 12))
             .with_panel(bargauge.Panel().title("Alerts fired (1 h)").datasource(DS)
                         .with_target(query('sum by (alertname) '
                                            '(increase(isr_alerts_total{status="firing"}[1h]))',
                                            "{{alertname}}"))
-                        .grid_pos(GridPos(h=6, w=24, x=0, y=12)))
+                        .grid_pos(GridPos(h=6, w=24, x=0, y=20)))
             # The Spark job itself (its progress reports): is the monitor keeping up?
             .with_panel(series("Job: input vs processed rows per second",
                                [("sum(isr_stream_input_rows_per_second)", "input"),
                                 ("sum(isr_stream_processed_rows_per_second)", "processed")],
-                               0, 18, "rowsps", w=8))
+                               0, 26, "rowsps", w=8))
             .with_panel(series("Job: micro-batch duration",
                                [("max(isr_stream_batch_duration_seconds)", "batch")],
-                               8, 18, "s", w=8))
+                               8, 26, "s", w=8))
             .with_panel(series("Job: state store",
                                [("sum(isr_stream_state_rows)", "rows"),
                                 ("sum(isr_stream_state_memory_bytes)", "memory (bytes)")],
-                               16, 18, w=8)))
+                               16, 26, w=8)))
 
 
 def partition():

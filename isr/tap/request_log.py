@@ -20,13 +20,17 @@ event at the end of the leader's read (arrival + localTimeMs), with
   in purgatory, which only happens when the first read found nothing) saw
   LEO = fetchOffset. A read that returned records saw LEO = the follower's
   next fetchOffset, known at its next request; when the read was size-capped
-  that is only a lower bound. `append` events follow the inferred LEO up.
+  that is only a lower bound, raised to the highest LEO the other followers'
+  reads showed before it (a follower too slow to fetch all that was appended
+  between its fetches, issue 22's slow follower). `append` events follow the
+  inferred LEO up.
 """
 
 from __future__ import annotations
 
 import base64
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -85,6 +89,8 @@ class RequestLogTap(Log4jTap):
         self.sessions: dict[int, Session] = {}
         self.pending: dict[tuple[int, str, int], Pending] = {}
         self.leo: dict[tuple[str, int], int] = {}  # highest LEO sent in an append
+        # the last appends' (ts, leader epoch, LEO): what the leader had at a time
+        self.appended: dict[tuple[str, int], deque] = {}
 
     # ------------------------------------------------------------ lines
     def entry(self, parsed: LogLine) -> list[dict]:
@@ -238,21 +244,29 @@ class RequestLogTap(Log4jTap):
             self.approximate["reads whose LEO is only a lower bound"] += 1
             if ev is None:
                 return
-            leo = base + 1
+            leo = max(base + 1, self._known_leo(key[1:], pending))
         else:
             leo = next_offset
             if pending.capped:
                 self.approximate["reads whose LEO is only a lower bound"] += 1
+                leo = max(leo, self._known_leo(key[1:], pending))
         self._append(key[1:], pending.leader_epoch, leo, pending.ts, out)
         if ev is not None:
             ev["leader_leo"] = leo
             out.append(ev)
+
+    def _known_leo(self, tp: tuple[str, int], pending: Pending) -> int:
+        """The highest LEO other reads saw up to this read (same leader epoch):
+        the leader's log only grows within an epoch."""
+        return max((leo for ts, epoch, leo in self.appended.get(tp, ())
+                    if ts <= pending.ts and epoch == pending.leader_epoch), default=-1)
 
     def _append(self, tp: tuple[str, int], leader_epoch: int, leo: int, ts: int,
                 out: list) -> None:
         if leo <= self.leo.get(tp, -1) or leader_epoch < 0:
             return
         self.leo[tp] = leo
+        self.appended.setdefault(tp, deque(maxlen=16)).append((ts, leader_epoch, leo))
         out.append({"v": 1, "type": "append", "cluster": self.cluster, "ts": ts,
                     "topic": tp[0], "partition": tp[1], "leader": self.broker,
                     "leader_epoch": leader_epoch, "leader_leo": leo})

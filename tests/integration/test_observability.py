@@ -33,7 +33,10 @@ VARIABLES = {"cluster": ".*", "topic": ".*", "partition": ".*", "instance": ".*"
              "policy": "kafka"}  # the dashboards show one policy at a time
 
 
-def dashboard_exprs() -> list[tuple[str, str]]:
+def dashboard_exprs(brokers: bool = False) -> list[tuple[str, str]]:
+    """Every query of every dashboard; the ones on the brokers' own JMX
+    exporter series (kafka_server_*) only with `brokers` (a real cluster's:
+    tests/integration/test_real_kafka_metrics.py)."""
     out = []
     for path in sorted((ROOT / "conf/grafana/dashboards").glob("*.json")):
         d = json.loads(path.read_text())
@@ -42,7 +45,7 @@ def dashboard_exprs() -> list[tuple[str, str]]:
         out += [(f"{path.stem}: annotation {a['name']}", a["expr"])
                 for a in d.get("annotations", {}).get("list", [])]
     return [(where, re.sub(r"\$(\w+)", lambda m: VARIABLES[m.group(1)], expr))
-            for where, expr in out]
+            for where, expr in out if brokers == ("kafka_server_" in expr)]
 
 
 def rules() -> list[dict]:

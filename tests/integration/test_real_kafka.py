@@ -11,37 +11,16 @@ import sys
 import time
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
-
 from isr.kafka.cluster import BROKER_IDS, CONTROLLER_ID, REPO
+from isr.kafka.load import create_rf3_topics, produce
 from isr.tap.request_log import RequestLogTap
 
 pytestmark = pytest.mark.kafka
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 3,
-                                            config={"min.insync.replicas": "2"})])
-    for future in futures.values():
-        future.result(timeout=30)
-
-
-def produce(bootstrap: str, topic: str, count: int) -> int:
-    """acks=all; returns how many the cluster acknowledged."""
-    acked = []
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-    for i in range(count):
-        p.produce(topic, key=str(i).encode(), value=b"v" * 100,
-                  on_delivery=lambda err, _msg: acked.append(err is None))
-    p.flush(30)
-    return sum(acked)
-
-
 def test_three_brokers_replicate_and_log_their_followers_fetches(kafka):
     assert kafka.metadata_brokers() == list(BROKER_IDS)
-    create_topic(kafka.bootstrap, "smoke")
+    create_rf3_topics(kafka.bootstrap, ("smoke", 3))
     assert produce(kafka.bootstrap, "smoke", 300) == 300
     time.sleep(1.0)  # followers fetch what was produced
     names = {}

@@ -1,8 +1,8 @@
 """Faults on the real cluster while a producer writes with acks=all to RF-3
 topics with min.insync.replicas=2 (issue 22 section 2), and the monitor on
 what the cluster wrote: the taps on its request logs and metadata log, then
-`isr replay`, against the ISR changes the controller committed
-(docs/real-kafka.md has the measured times)."""
+`isr replay` (and `isr verify`), against the ISR changes the controller
+committed (docs/real-kafka.md has the measured times)."""
 
 from __future__ import annotations
 
@@ -10,56 +10,27 @@ import json
 import threading
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
+from typing import Optional
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from helpers import cli
 
 from isr.kafka.cluster import BROKER_IDS, KafkaCluster
+from isr.kafka.load import Producing, burst, create_rf3_topics
 
 pytestmark = pytest.mark.kafka
 HEARTBEAT_MS = 2000  # Kafka's broker.heartbeat.interval.ms default (the cluster keeps it)
 
 
 def create_topics(kafka: KafkaCluster, *specs: tuple[str, int]) -> None:
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    futures = admin.create_topics([NewTopic(name, n, 3, config={"min.insync.replicas": "2"})
-                                   for name, n in specs])
-    for future in futures.values():
-        future.result(timeout=30)
+    create_rf3_topics(kafka.bootstrap, *specs)
 
 
-@contextmanager
-def producing(kafka: KafkaCluster, topic: str, per_s: float = 20.0):
-    """acks=all to `topic` in a thread; yields the delivery counts."""
-    stop = threading.Event()
-    counts = {"acked": 0, "failed": 0}
-
-    def delivered(err, _msg):
-        counts["failed" if err else "acked"] += 1
-
-    def run():
-        # log_level 0: a stopped broker's refused connections are expected here
-        p = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "linger.ms": 5,
-                      "message.timeout.ms": 60000, "log_level": 0})
-        n = 0
-        while not stop.is_set():
-            p.produce(topic, key=str(n).encode(), value=b"x" * 100, on_delivery=delivered)
-            n += 1
-            p.poll(0)
-            time.sleep(1 / per_s)
-        p.flush(60)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield counts
-    finally:
-        stop.set()
-        thread.join(90)
+def producing(kafka: KafkaCluster, topic: str, per_s: float = 20.0) -> Producing:
+    """acks=all to `topic` in a thread; `with` gives the delivery counts."""
+    return Producing(kafka.bootstrap, topic, per_s)
 
 
 class Run:
@@ -108,6 +79,18 @@ class Run:
     def events(self, outputs: list[str], topic: str) -> list[dict]:
         evs = [json.loads(line) for line in Path(outputs[0]).read_text().splitlines()]
         return [e for e in evs if e.get("topic") == topic or e["type"] == "broker"]
+
+    def verify(self, outputs: list[str], topic: str):
+        """`isr verify` over the taps' events of `topic` (and the brokers'):
+        the metadata log has every topic the session's cluster ever had."""
+        mine = []
+        for path in outputs:
+            out = self.tmp / f"{Path(path).stem}-{topic}.jsonl"
+            out.write_text("".join(line + "\n" for line in Path(path).read_text().splitlines()
+                                   if json.loads(line).get("topic") in (None, topic)))
+            mine.append(str(out))
+        return cli("verify", *mine, "--set",
+                   f"monitor.replica_lag_time_max_ms={self.kafka.conf.replica_lag_time_max_ms}")
 
     def decisions(self, outputs: list[str], topic: str) -> list[dict]:
         r = cli("replay", "--merge", *outputs, "--no-state", "-q", "--set",
@@ -201,6 +184,142 @@ def test_a_paused_follower_is_shrunk_then_expanded_and_the_monitor_agrees(kafka,
         assert theirs <= len(mine) == 2 * sum(leader == b for leader in leaders.values())
         counts[b] = {"ours": len(mine), "brokers": theirs}
     print("counts:", json.dumps(counts))
+
+
+class Starved:
+    """The node gets a slice of the CPU: SIGSTOP `stop_s`, SIGCONT `run_s`, in
+    a thread until the `with` ends (a follower on an overloaded host: it keeps
+    fetching, every stop_s + run_s, far under replica.lag.time.max.ms)."""
+
+    def __init__(self, kafka: KafkaCluster, node: int, stop_s: float, run_s: float) -> None:
+        self.kafka, self.node, self.stop_s, self.run_s = kafka, node, stop_s, run_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            self.kafka.pause(self.node)
+            try:
+                self.done.wait(self.stop_s)
+            finally:
+                self.kafka.resume(self.node)
+            self.done.wait(self.run_s)
+
+    def __enter__(self) -> "Starved":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join(10)
+
+
+def throttle(kafka: KafkaCluster, broker: int, topic: str, rate: Optional[int]) -> None:
+    """The follower's replication throttle (kafka-configs' `--alter --add-config
+    follower.replication.throttled.rate=R` on the broker and
+    `follower.replication.throttled.replicas=*` on the topic); None removes it."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    op = AlterConfigOpType.SET if rate is not None else AlterConfigOpType.DELETE
+    value = None if rate is None else str(rate)
+    resources = [
+        ConfigResource("broker", str(broker), incremental_configs=[
+            ConfigEntry("follower.replication.throttled.rate", value, incremental_operation=op)]),
+        ConfigResource("topic", topic, incremental_configs=[
+            ConfigEntry("follower.replication.throttled.replicas",
+                        None if rate is None else "*", incremental_operation=op)])]
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "log_level": 0})
+    for future in admin.incremental_alter_configs(resources).values():
+        future.result(timeout=30)
+
+
+def fetch_gaps_ms(outputs: list[str], replica: int, topic: str, since: int, until: int) -> int:
+    """The longest time between two of `replica`'s fetches of `topic` (from
+    the request-log taps' events) in [since, until]."""
+    ts = sorted(e["ts"] for path in outputs[1:] for line in Path(path).read_text().splitlines()
+                if (e := json.loads(line))["type"] == "fetch" and e.get("topic") == topic
+                and e["replica"] == replica and since <= e["ts"] <= until)
+    return max((b - a for a, b in zip(ts, ts[1:])), default=until - since)
+
+
+def test_a_slow_follower_falls_out_by_the_lag_rule_and_is_taken_back(kafka, tmp_path):
+    """A follower that keeps fetching but cannot keep up: broker 3 gets a
+    sixteenth of the CPU while an acks=1 burst fills the partitions it
+    follows. Its leaders shrink it by the lag rule (its fetches never stop
+    for a lag time: not liveness). A replication throttle on it then keeps it
+    out while it runs freely (Kafka throttles only a follower that is out of
+    sync); without the throttle it catches up and is taken back. `isr verify`
+    over the taps' outputs agrees with every commit."""
+    slow = 3
+    topic = f"slow-{uuid.uuid4().hex[:6]}"
+    lag = kafka.conf.replica_lag_time_max_ms
+    run = Run(kafka, tmp_path)
+    create_topics(kafka, (topic, 3))
+    leaders = {p: leader for p, (leader, _isr) in isr_of(kafka, topic).items()}
+    followed = sorted(p for p, leader in leaders.items() if leader != slow)
+    out_of = lambda: all(slow not in isr_of(kafka, topic)[p][1] for p in followed)  # noqa: E731
+    throttle(kafka, slow, topic, 512 * 1024)  # in force only once it is out of sync
+    try:
+        with producing(kafka, topic) as counts:
+            time.sleep(2)
+            with Starved(kafka, slow, stop_s=0.3, run_s=0.02):
+                enough = threading.Event()
+                filler = threading.Thread(target=burst, args=(
+                    kafka.bootstrap, topic, followed, 20e6, 4 * lag / 1000), daemon=True,
+                    kwargs={"until": enough})
+                filler.start()
+                try:
+                    wait_for(out_of, 4 * lag / 1000 + 10, "the slow follower out of the ISRs")
+                finally:
+                    enough.set()
+                shrunk_ms = int(time.time() * 1000)
+            filler.join(60)
+            time.sleep(2)  # running freely, fetching, but throttled: still out
+            held = out_of()
+            throttle(kafka, slow, topic, None)
+            unthrottled_ms = int(time.time() * 1000)
+            wait_for(lambda: all(len(isr) == 3 for _l, isr in isr_of(kafka, topic).values()),
+                     60, "the slow follower back in every ISR")
+            time.sleep(1)
+    finally:
+        throttle(kafka, slow, topic, None)
+    assert held, "the throttle did not hold the out-of-sync follower back"
+    assert counts["failed"] == 0 and counts["acked"] > 0  # min ISR 2 held throughout
+    outputs = run.tap()
+    events = run.events(outputs, topic)
+    assert not [e for e in events if e["type"] == "broker" and e["ts"] >= run.start_ms]
+    cluster = commits_of(events)
+    for p in followed:
+        assert [isr for isr, _ts in cluster[p]] == [[1, 2], [1, 2, 3]], cluster[p]
+        assert cluster[p][1][1] >= unthrottled_ms - 1000  # taken back once unthrottled
+    assert leaders[next(p for p in leaders if p not in followed)] == slow
+    assert not cluster.get(next(p for p in leaders if p not in followed))
+    # It kept fetching up to the shrink: the lag rule, not liveness. (Then the
+    # throttle leaves these partitions out of its fetches while the quota is spent.)
+    for p in followed:
+        assert fetch_gaps_ms(outputs, slow, topic, cluster[p][0][1] - lag,
+                             cluster[p][0][1]) < lag / 2
+    ours = run.decisions(outputs, topic)
+    timing = []
+    for p in followed:
+        mine = [d for d in ours if d["partition"] == p]
+        assert [(d["action"], sorted(d["isr_after"])) for d in mine] == [
+            ("shrink", [1, 2]), ("expand", [1, 2, 3])], mine
+        for d, (_isr, committed) in zip(mine, cluster[p]):
+            timing.append((p, d["action"], committed, d["ts"] - committed, d["reason"]))
+    verified = run.verify(outputs, topic)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"3 partitions, {2 * len(followed)} ISR changes agree, 0 partitions differ" in (
+        verified.stdout), verified.stdout
+    counted = {}  # the leaders' own counters, as in the pause test
+    for p in followed:
+        b = leaders[p]
+        theirs = run.counted(b, "isrshrinkspersec") + run.counted(b, "isrexpandspersec")
+        assert theirs == run.logged(b, "ISR updated to") <= 2, (b, theirs)
+        counted[b] = theirs
+    print("\nfault slow follower:", json.dumps({"shrunk_seen": shrunk_ms,
+                                                "unthrottled": unthrottled_ms,
+                                                "changes": timing, "brokers_counted": counted}))
 
 
 def test_a_killed_broker_is_fenced_its_leaders_move_and_it_rejoins(kafka, tmp_path):

@@ -29,8 +29,10 @@ from isr.stream.sink import read_to_end
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-DEMO_PORT = 19510  # the demo's broker; metrics on the next one
-DEMO_KAFKA_PORT = 19600  # the real-cluster demo's controller, brokers the next three
+# the demo's broker; metrics on the next one
+DEMO_PORT = int(os.environ.get("ISR_TEST_DEMO_PORT", "19510"))
+# the real-cluster demo's controller, brokers the next three, metrics at +50
+DEMO_KAFKA_PORT = int(os.environ.get("ISR_TEST_DEMO_KAFKA_PORT", "19600"))
 
 
 def _run(config: Path) -> subprocess.Popen:

@@ -1,0 +1,130 @@
+"""The streaming job on the real cluster (issue 22 section 3): the taps write
+a pause of broker 3 to a topic of the cluster they watch, `isr run` (Python
+Kafka source, `input.source` default) reads it from that cluster and writes
+ISR changes, alerts and state back to it; so does `spark-submit
+jobs/isr_monitor.py`; read back, both are `isr replay`'s of the same events."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+from test_real_kafka_faults import isr_of, producing, wait_for
+
+from isr.config import load_settings
+from isr.kafka.cluster import BROKER_IDS
+from isr.kafka.load import create_rf3_topics
+from isr.replay import replay
+from isr.stream.sink import read_to_end
+from isr.tap.live import RunningTaps, kafka_cluster_taps
+
+pytestmark = pytest.mark.kafka
+LATENESS_MS = 2000  # the taps are separate processes (the demo's setting)
+
+
+def job_settings(kafka, name: str, tmp_path, source: str) -> list[str]:
+    """Reading `source`, writing `name`.* topics."""
+    return [f"kafka.bootstrap_servers={kafka.bootstrap}", f'input.topics=["{source}"]',
+            f"monitor.replica_lag_time_max_ms={kafka.conf.replica_lag_time_max_ms}",
+            f"monitor.allowed_lateness_ms={LATENESS_MS}", "monitor.min_insync_replicas=2",
+            f"output.changes_topic={name}.changes", f"output.state_topic={name}.state",
+            f"output.dead_letter_topic={name}.dead", f"output.alerts_topic={name}.alerts",
+            f"output.commit_topic={name}.commits", "output.partitions=1",
+            f"stream.checkpoint_location={tmp_path / 'checkpoint'}",
+            f"stream.query_name={name}", f"delivery.state_dir={tmp_path / 'delivery'}",
+            f"metrics.port={kafka.conf.port_base + 37}", "metrics.address=127.0.0.1"]
+
+
+def messages(kafka, topic: str, partitions: int = 1) -> list[dict]:
+    return [json.loads(m.value()) for m in read_to_end(
+        {"bootstrap.servers": kafka.bootstrap}, {(topic, p): 0 for p in range(partitions)})]
+
+
+def written(kafka, topic: str, partitions: int) -> int:
+    """Records in `topic` now (read_to_end would chase the taps' writes)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "isr-tests", "log_level": 0})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                   for p in range(partitions))
+    finally:
+        c.close()
+
+
+def test_isr_run_on_the_real_cluster_writes_what_replay_decides(kafka, tmp_path):
+    paused = 3
+    name = f"job{uuid.uuid4().hex[:6]}"
+    load = f"{name}-load"
+    create_rf3_topics(kafka.bootstrap, (load, 3), (f"{name}.in", 2))  # the job makes its own
+    errors = open(tmp_path / "taps.err", "w")
+    taps = RunningTaps(kafka_cluster_taps(
+        kafka, f"kafka://{name}.in", poll_interval_s=0.5,
+        extra=["--set", f"kafka.bootstrap_servers={kafka.bootstrap}"]), cwd=ROOT, stderr=errors)
+    try:
+        taps.start()
+        wait_for(lambda: written(kafka, f"{name}.in", 2), 60, "the taps' first events")
+        with producing(kafka, load) as counts:
+            time.sleep(3)
+            kafka.pause(paused)
+            time.sleep(2.5 * kafka.conf.replica_lag_time_max_ms / 1000)
+            kafka.resume(paused)
+            wait_for(lambda: all(len(isr) == 3 for _l, isr in isr_of(kafka, load).values()),
+                     30, "the paused broker back in every ISR")
+            time.sleep(LATENESS_MS / 1000 + 2)  # the watermark passes the expand
+    finally:
+        codes = taps.stop()
+        errors.close()
+    assert set(codes.values()) == {130}, (codes, (tmp_path / "taps.err").read_text()[-3000:])
+    assert counts["failed"] == 0
+    # What the job will read, as `isr replay` reads it.
+    events = messages(kafka, f"{name}.in", 2)
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in sorted(events, key=lambda e: e["ts"])))
+    overrides = job_settings(kafka, name, tmp_path, f"{name}.in")
+    result = replay([str(path)], load_settings(None, overrides).monitor)
+    # The stream decides what lies below its last watermark.
+    watermark = max(e["ts"] for e in events) - LATENESS_MS
+    final = [json.loads(d.model_dump_json()) for d in result.decisions if d.ts < watermark]
+    expected = {kind: sorted((d for d in final if d["type"] == kind), key=lambda d: d["id"])
+                for kind in ("isr_change", "alert")}
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYTHONPATH=str(ROOT), ISR_SPARK_LOG_LEVEL="ERROR")
+    spark_submit = str(Path(sys.executable).with_name("spark-submit"))
+    took = {}
+    # `isr run`, then spark-submit as docs/streaming.md runs the job: each
+    # with output topics and a checkpoint of its own, on the same input
+    for launcher, prefix, command in [
+            ("isr run", name, [sys.executable, "-m", "isr.cli", "run"]),
+            ("spark-submit", f"{name}.s", [spark_submit, "--master", "local[2]",
+                                           "jobs/isr_monitor.py"])]:
+        own = job_settings(kafka, prefix, tmp_path / prefix, f"{name}.in")
+        started = time.monotonic()
+        job = subprocess.run([*command, "--available-now", *[a for o in own for a in ("--set", o)]],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+        took[launcher] = round(time.monotonic() - started, 1)
+        assert job.returncode == 0, (launcher, job.stderr[-3000:])
+        changes = sorted(messages(kafka, f"{prefix}.changes"), key=lambda d: d["id"])
+        alerts = sorted(messages(kafka, f"{prefix}.alerts"), key=lambda d: d["id"])
+        assert changes == expected["isr_change"], launcher
+        assert alerts == expected["alert"], launcher
+        states = messages(kafka, f"{prefix}.state")
+        assert {(s["topic"], s["partition"]) for s in states if s["topic"] == load} == {
+            (load, p) for p in range(3)}, launcher
+    # broker 3's pause: a shrink and an expand on each partition of the load
+    # topic that brokers 1 and 2 lead (where broker 3 leads, see docs/real-kafka.md)
+    led = {p: leader for p, (leader, _isr) in isr_of(kafka, load).items()}
+    for p, leader in led.items():
+        if leader in BROKER_IDS and leader != paused:
+            mine = [(c["action"], sorted(c["isr_after"])) for c in changes
+                    if (c["topic"], c["partition"]) == (load, p)]
+            assert mine == [("shrink", [1, 2]), ("expand", [1, 2, 3])], (p, mine)
+    print(f"\nthe job on the real cluster (s, --available-now): {took}, {len(events)} events, "
+          f"{len(changes)} changes, {len(alerts)} alerts")
