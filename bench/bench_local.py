@@ -28,7 +28,7 @@ from gen import stream  # noqa: E402
 from isr.config import AlertSettings, MonitorSettings  # noqa: E402
 from isr.contract import validate  # noqa: E402
 from isr.engine.local import LocalEngine  # noqa: E402
-from isr.replay import replay  # noqa: E402
+from isr.pipeline.local import replay  # noqa: E402
 
 
 def baseline(events: list) -> float:

@@ -35,7 +35,7 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from isr.console import RichProgress, print_summary
-    from isr.replay import replay, write_jsonl
+    from isr.pipeline.local import replay, write_jsonl
 
     from isr import preflight
 
@@ -82,7 +82,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print_summary(result, err, settings.monitor.replica_lag_time_max_ms)
     if args.report:
         from isr.console import print_whatif
-        from isr.whatif import write_report
+        from isr.engine.whatif import write_report
 
         written = write_report(result.whatif, result.whatif_rows, args.report, args.events)
         if not args.quiet:
@@ -141,14 +141,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from isr.demo import run_demo
+    from isr.commands.demo import run_demo
 
     return run_demo(args.config, args.set or [], args.duration, Console(), args.broker_port,
                     args.cluster)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from isr.sim.command import list_scenarios, simulate
+    from isr.commands.simulate import list_scenarios, simulate
 
     err = Console(stderr=True)
     if args.list:
@@ -438,7 +438,7 @@ def _topic_ids(where: Optional[str], settings_factory):
 
     if Path(where).exists():
         from isr import preflight
-        from isr.tap.command import events_of
+        from isr.commands.tap import events_of
         from isr.tap.lines import read_lines
         from isr.tap.metadata import MetadataLogTap
 
@@ -463,7 +463,7 @@ def _settings_once(args: argparse.Namespace):
 
 
 def _run_tap(args: argparse.Namespace, tap) -> int:
-    from isr.tap.command import run_tap
+    from isr.commands.tap import run_tap
 
     settings = _settings_once(args)
     return run_tap(tap, args.path, args.follow, args.to, settings, Console(stderr=True),
@@ -534,7 +534,7 @@ def cmd_tap_metadata(args: argparse.Namespace) -> int:
         raise ConfigError("reads a dump (PATH or -) or polls (--poll BOOTSTRAP): "
                           "one of the two")
     if args.poll is not None:
-        from isr.tap.command import poll_metadata
+        from isr.commands.tap import poll_metadata
 
         return poll_metadata(MetadataPoller(args.cluster), args.poll, args.interval_s, args.polls,
                              args.to, _settings_once(args), Console(stderr=True), args.quiet)
@@ -556,7 +556,7 @@ def _zone(name: str) -> str:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from isr import preflight
-    from isr.verify import describe, verify
+    from isr.commands.verify import describe, verify
 
     if "-" in args.events:
         raise ConfigError("reads its files twice (the replay, then the cluster's side): give "

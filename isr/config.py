@@ -24,7 +24,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from isr.alerts.catalog import CATALOG, RULE_NAMES, THRESHOLDS
+from isr.contract.catalog import CATALOG, RULE_NAMES, THRESHOLDS
 from isr.contract.policies import Policy
 
 PolicyName = Policy

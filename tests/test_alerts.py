@@ -272,12 +272,12 @@ def test_alert_records_are_alertmanager_shaped():
 
 
 def test_the_docs_table_is_the_catalog():
-    """docs/alerts.md shows `python -m isr.alerts.catalog`; edit the catalog, not the table."""
+    """docs/alerts.md shows `python -m isr.contract.catalog`; edit the catalog, not the table."""
     from pathlib import Path
 
-    from isr.alerts.catalog import markdown_table
+    from isr.contract.catalog import markdown_table
 
     doc = (Path(__file__).resolve().parents[1] / "docs/alerts.md").read_text()
-    table = doc.split("<!-- rules table: python -m isr.alerts.catalog -->\n")[1].split(
+    table = doc.split("<!-- rules table: python -m isr.contract.catalog -->\n")[1].split(
         "\n<!-- end of rules table -->")[0]
     assert table == markdown_table()

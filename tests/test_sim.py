@@ -20,7 +20,7 @@ from isr.engine.local import LocalEngine, standard_listeners
 from isr.engine.summary import summary as summary_of
 from isr.sim.cluster import Simulator
 from isr.sim.scenario import Scenario, load_scenario, scenario_names
-from isr.whatif import WhatIf
+from isr.engine.whatif import WhatIf
 
 ROOT = Path(__file__).resolve().parents[1]
 

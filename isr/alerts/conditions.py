@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from isr.alerts.catalog import RULES
+from isr.contract.catalog import RULES
 from isr.alerts.watch import PartitionView, Watch
 from isr.model.follower import Follower
 from isr.model.health import isr_health

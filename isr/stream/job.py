@@ -226,10 +226,10 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
     """`isr run` and the spark-submit job (isr/jobs/isr_monitor.py): Kafka in,
     Kafka out. Returns the query. `tally` (stream.tally.RunTally): counts
     what the job read and wrote, for the end-of-run summary."""
-    from isr.alerts.delivery import Deliverer
+    from isr.sinks.webhooks import Deliverer
     from isr.kafka.client import client_config, ensure_topics
-    from isr.metrics import Metrics
-    from isr.stream.sink import KafkaSink
+    from isr.sinks.prometheus import Metrics
+    from isr.sinks.kafka import KafkaSink
 
     conf = client_config(settings.kafka)
     out = settings.output

@@ -10,8 +10,8 @@ from collections import Counter
 from isr.contract.decisions import Alert, IsrChange
 from isr.contract.records import OutputRecord
 from isr.engine.summary import summarize
-from isr.replay import ReplayResult, ReplayStats
-from isr.stream.progress import input_records
+from isr.pipeline.local import ReplayResult, ReplayStats
+from isr.sinks.progress import input_records
 
 
 class RunTally:

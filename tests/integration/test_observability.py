@@ -22,7 +22,7 @@ from helpers import wait_until
 from receivers import Alertmanager, Prometheus, Receiver  # tests/ is on sys.path (conftest)
 
 from isr.config import load_settings
-from isr.stream.progress import input_records
+from isr.sinks.progress import input_records
 from isr.sim.cluster import Simulator
 from isr.sim.output import message_key
 from isr.sim.scenario import load_scenario
@@ -215,7 +215,7 @@ def test_webhook_down_then_back_while_the_stream_keeps_running(broker, spark, tm
         "delivery.backoff_initial_s=0.05", "delivery.backoff_max_s=0.3",
         f'delivery.webhooks=[{{name="ops", url="http://127.0.0.1:{port}/hook"}}]')
     from isr.stream.job import run_to_kafka
-    from isr.stream.sink import read_to_end
+    from isr.sinks.kafka import read_to_end
 
     events = list(Simulator(load_scenario("kip501-slow-leader")).events())
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 10})
@@ -263,7 +263,7 @@ def test_real_alertmanager_gets_the_live_jobs_transitions_exactly_once(broker, s
     Alertmanager (v2 API), whose own webhook forwards it to this test."""
     import threading
 
-    from isr.sim.command import feed_live
+    from isr.commands.simulate import feed_live
     from isr.sim.scenario import Scenario
     from isr.stream.job import run_to_kafka
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from isr.stream.sink import read_to_end
+from isr.sinks.kafka import read_to_end
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

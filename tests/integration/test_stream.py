@@ -13,10 +13,10 @@ import workload
 from isr.config import load_settings
 from isr.contract import validate
 from isr.engine.local import LocalEngine
-from isr.replay import replay
+from isr.pipeline.local import replay
 from isr.stream import buckets, job
 from isr.stream.replay_spark import replay_spark
-from isr.stream.sink import read_to_end
+from isr.sinks.kafka import read_to_end
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from typing import Optional
 from rich.console import Console
 
 from isr.config import ConfigError, Settings, load_settings
-from isr.sim.command import feed_live
+from isr.commands.simulate import feed_live
 from isr.sim.scenario import load_scenario
 
 DEMO_OVERRIDES = [
@@ -104,7 +104,7 @@ def run_demo(config: Optional[str], overrides: list[str], duration: Optional[flo
     os.environ.setdefault("ISR_SPARK_LOG_LEVEL", "ERROR")  # keep the terminal readable
     stages = Stages(console)
     if cluster != "embedded":
-        from isr.demo_kafka import FALL_BACK, run_kafka_demo, why_no_kafka
+        from isr.commands.demo_kafka import FALL_BACK, run_kafka_demo, why_no_kafka
 
         why = why_no_kafka()
         if why is None:

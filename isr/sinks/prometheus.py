@@ -41,7 +41,7 @@ from socketserver import ThreadingMixIn
 from isr.config import MetricsSettings
 from isr.contract.records import PARTITION_METRICS, WATERMARK, OutputRecord
 from isr.model.health import isr_health
-from isr.stream.progress import input_lag, input_records
+from isr.sinks.progress import input_lag, input_records
 
 P_LABELS = ("cluster", "topic", "partition", "policy")
 F_LABELS = P_LABELS + ("replica",)

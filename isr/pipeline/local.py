@@ -28,7 +28,7 @@ from isr.engine.sequencer import FUTURE, LATE
 from isr.engine.summary import PolicySummary, summary
 from isr.gc_tuning import fewer_gc_passes
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Line, Overlong, bounded_lines
-from isr.whatif import PolicyRow, WhatIf
+from isr.engine.whatif import PolicyRow, WhatIf
 
 LINES_PER_DECODE = 4096  # lines decoded together (decode_many)
 

@@ -24,7 +24,7 @@ from isr.config import MonitorSettings
 from isr.contract.decisions import IsrChange
 from isr.engine.local import rules_for
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, bounded_lines
-from isr.replay import replay
+from isr.pipeline.local import replay
 from isr.tap.server_log import proposal_numbers
 
 
