@@ -6,6 +6,7 @@ started."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -19,6 +20,7 @@ from typing import Optional
 
 from rich.console import Console
 
+from isr.commands import options
 from isr.config import ConfigError, Settings, load_settings
 from isr.commands.simulate import feed_live
 from isr.sim.scenario import load_scenario
@@ -220,3 +222,32 @@ def _show_changes(query, settings: Settings, bootstrap: str, duration: Optional[
         consumer.close()
         query.stop()
     return 0 if shown or not duration else 3
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("demo", help="a real Kafka cluster (or the embedded broker + simulator), "
+                                    "the taps and the job, ISR changes shown live",
+                       description="Start a real 3-broker Apache Kafka cluster (KRaft; its jars "
+                                   "fetched with Maven once), a producer (acks=all, RF 3, min "
+                                   "ISR 2), the taps on the brokers' logs and the streaming job, "
+                                   "and pause broker 3 (SIGSTOP) longer than the lag limit "
+                                   "every 40 s; without Java or Maven, the embedded "
+                                   "Kafka-protocol broker (Tansu) and the cluster simulator's "
+                                   "`demo` scenario instead. ISR changes are shown as the job "
+                                   "writes them. Ctrl-C stops everything.")
+    p.add_argument("--cluster", choices=("auto", "kafka", "embedded"), default="auto",
+                   help="kafka: the real cluster; embedded: the embedded broker + simulator; "
+                        "auto (default): kafka where Java and Maven are, else embedded")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="stop this long after Spark has started (default: until Ctrl-C)")
+    p.add_argument("--broker-port", type=int, metavar="PORT",
+                   help="the embedded broker's port (default: a free one), or the real "
+                        "cluster's first port (controller; brokers the next three; default "
+                        "19300); the metrics endpoint's is metrics.port")
+    options.add_config_options(p)
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    return run_demo(args.config, args.set or [], args.duration, Console(), args.broker_port,
+                    args.cluster)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import math
 import time
@@ -11,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from isr.commands import options
 from isr.config import ConfigError, Settings
 from isr.sim.cluster import Simulator
 from isr.sim.output import Sent, at_rate, in_real_time, produce, write_file
@@ -130,3 +132,57 @@ class _Progress:
     def __exit__(self, *exc) -> None:
         if self.enabled:
             self.progress.stop()
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("simulate", help="run a cluster scenario; events to a topic or a file",
+                       description="Simulate a Kafka cluster's leader-side observations for a "
+                                   "scenario of isr/sim/scenarios (or a TOML path) and write the "
+                                   "fetch-state events to a file (as fast as possible) or "
+                                   "produce them to Kafka (in real time, or at --rate events/s "
+                                   "as a load generator that reports the rate it held).")
+    p.add_argument("--scenario", metavar="NAME", help="a name from --list, or a TOML file")
+    p.add_argument("--to", metavar="kafka://TOPIC|FILE",
+                   help="kafka://TOPIC (brokers from [kafka]), a JSON-lines file, or - for stdout")
+    p.add_argument("--rate", type=float, metavar="EVENTS_PER_S",
+                   help="load generator: hold this many events/s (Kafka only); the scenario runs "
+                        "for --duration seconds of wall time")
+    p.add_argument("--duration", type=float, metavar="S",
+                   help="seconds to run (default: the scenario's); simulated time, which is "
+                        "wall time when producing in real time")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--forever", action="store_true",
+                   help="kafka://TOPIC only: the scenario in real time without end (its "
+                        "repeating faults keep coming), until stopped")
+    p.add_argument("--partitions", type=int, default=4,
+                   help="partitions of the topic if it must be created (default 4)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress or summary")
+    options.add_config_options(p)
+    p.set_defaults(func=cmd_simulate)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    if args.list:
+        list_scenarios(Console())
+        return 0
+    if not args.scenario or not args.to:
+        raise ConfigError("needs --scenario NAME and --to kafka://TOPIC | FILE "
+                          "(--list shows the scenarios)")
+    if not args.to.startswith("kafka://"):
+        from isr import preflight
+        preflight.writable_file(args.to, "--to")
+    sent = simulate(args.scenario, args.to, args.rate, args.duration, args.seed,
+                    args.partitions, lambda: options.settings(args), err,
+                    show_progress=not args.quiet and err.is_terminal, forever=args.forever)
+    if not args.quiet:
+        line = f"{sent.events} events in {sent.seconds:.1f} s ({sent.rate:,.0f} events/s"
+        if sent.target_rate:
+            line += f"; target {sent.target_rate:,.0f}, held {sent.rate / sent.target_rate:.1%}"
+        err.print(line + f") -> {args.to}", highlight=False, soft_wrap=True)
+        if sent.monitor_overrides:
+            err.print("the scenario is meant to be watched with: "
+                      + " ".join(f"--set {o}" for o in sent.monitor_overrides), highlight=False,
+                      soft_wrap=True)
+    return 0
