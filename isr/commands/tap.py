@@ -9,29 +9,20 @@ import sys
 import time
 from collections import Counter
 from contextlib import nullcontext
-from typing import Callable, Iterable, Iterator, Optional, Union
+from typing import Callable, Optional
 
 import orjson
 from rich.console import Console
 
 from isr.commands import options
 from isr.config import ConfigError, Settings
-from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong
+from isr.linecap import DEFAULT_MAX_LINE_BYTES
 from isr.signals import StopOnSignal
 from isr.sim.output import message_key
-from isr.tap.lines import read_lines
+from isr.tap.lines import events_of, read_lines
 
 KAFKA_PREFIX = "kafka://"
 NOTHING_WRITTEN = 3  # as `isr replay` that accepted nothing (README, exit codes)
-
-
-def events_of(tap, lines: Iterable[Union[str, Overlong]]) -> Iterator[dict]:
-    for line in lines:
-        if isinstance(line, Overlong):
-            tap.feed_overlong(line)
-            continue
-        yield from tap.feed(line)
-    yield from tap.finish()
 
 
 class Sink:
@@ -280,7 +271,7 @@ def _topic_ids(where: Optional[str], settings_factory):
 
     if Path(where).exists():
         from isr import preflight
-        from isr.tap.lines import read_lines
+        from isr.tap.lines import events_of, read_lines
         from isr.tap.metadata import MetadataLogTap
 
         preflight.readable_inputs([where], "a metadata dump")
