@@ -230,3 +230,13 @@ def test_a_dead_letter_keeps_16_kib_of_a_huge_message_with_its_size_and_hash():
     assert len(d.model_dump_json()) < 20_000
     small = DeadLetter.of("in/0", 8, b"oops", "not JSON", "not_json")
     assert not small.raw_truncated and small.raw_size is None
+
+
+def test_each_event_type_states_its_scope_and_routing_key_once():
+    """The engine, the packer, the taps and the simulator all route by it."""
+    from isr.contract.events import BROKER, EVENT_TYPES, PARTITION, SCOPE, routing_key
+
+    assert set(SCOPE) == set(EVENT_TYPES)
+    assert SCOPE["fetch"] == PARTITION and SCOPE["broker"] == BROKER
+    assert routing_key({"type": "fetch", "topic": "orders", "partition": 3}) == b"orders/3"
+    assert routing_key({"type": "broker", "broker": 2}) == b"broker/2"

@@ -104,7 +104,7 @@ def test_load_generator(tmp_path):
     """The events `isr simulate --rate` produces (as keyed Kafka messages),
     and their decisions."""
     from isr.sim.cluster import Simulator
-    from isr.sim.output import message_key
+    from isr.contract.events import routing_key
     from isr.sim.scenario import load_scenario
 
     events = list(itertools.islice(Simulator(load_scenario("steady-10k"), -1).events(),
@@ -112,5 +112,5 @@ def test_load_generator(tmp_path):
     path = tmp_path / "generator.jsonl"
     path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
     check("generator messages",
-          b"".join(message_key(e) + b" " + orjson.dumps(e) + b"\n" for e in events))
+          b"".join(routing_key(e) + b" " + orjson.dumps(e) + b"\n" for e in events))
     check("generator", replayed(path, tmp_path))

@@ -16,9 +16,9 @@ from rich.console import Console
 
 from isr.commands import options
 from isr.config import ConfigError, Settings
+from isr.contract.events import routing_key
 from isr.linecap import DEFAULT_MAX_LINE_BYTES
 from isr.signals import StopOnSignal
-from isr.sim.output import message_key
 from isr.tap.lines import events_of, read_lines
 
 KAFKA_PREFIX = "kafka://"
@@ -55,7 +55,7 @@ class Sink:
         if self.producer is not None:
             from isr.kafka.client import send
 
-            send(self.producer, self.topic, data, message_key(ev))
+            send(self.producer, self.topic, data, routing_key(ev))
             if self.written % 1024 == 0:
                 self.producer.poll(0)
         else:

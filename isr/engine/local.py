@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Optional
 from isr.config import MonitorSettings
 from isr.contract.decode import Rejection, decode_many
 from isr.contract.decisions import PartitionState
+from isr.contract.events import BROKER, SCOPE
 from isr.engine.listeners import Listener, hooks
 from isr.engine.sequencer import Sequencer
 from isr.model.brokers import Brokers
@@ -163,7 +164,7 @@ class LocalEngine:
         ts = event.ts
         if ts > self.max_ts:
             self.max_ts = ts
-        if event.type == "broker":
+        if SCOPE[event.type] == BROKER:
             self._on_broker(event)
             return APPLIED
         outcome = APPLIED
