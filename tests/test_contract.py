@@ -16,7 +16,7 @@ from isr.config import MonitorSettings
 from isr.contract import Rejection, decode
 from isr.contract.fast import encode
 from isr.contract.policies import POLICIES
-from isr.engine.local import LocalEngine
+from isr.pipeline.listeners import local_engine
 
 FETCH = {"v": 1, "type": "fetch", "ts": 10, "topic": "t", "partition": 0, "leader": 1,
          "leader_epoch": 0, "replica": 2, "fetch_offset": 3, "leader_leo": 4}
@@ -97,7 +97,7 @@ def test_mutated_valid_events_give_an_event_or_a_one_line_rejection(events, name
     if isinstance(result, Rejection):
         assert result.reason and "\n" not in result.reason
     else:
-        engine = LocalEngine(MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000))
+        engine = local_engine(MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000))
         engine.apply_in_order(events[:-1] + [result])  # and the model takes it
 
 
