@@ -257,6 +257,9 @@ class OutputSettings(_Section):
     # one at once when its ISR, leader, epoch or min-ISR status changed (0:
     # one per changed partition per micro-batch).
     state_interval_ms: Annotated[int, Field(ge=0)] = 10_000
+    # More places for the output records: "module:Class" each, a class with
+    # the methods of isr/sinks/base.py, built with the settings.
+    sinks: list[Annotated[str, _matching(r"[a-z_][\w.]*:[a-z_]\w*", "module:Class")]] = []
 
     @model_validator(mode="after")
     def _set_counts(self):
