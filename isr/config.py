@@ -86,7 +86,7 @@ Severity = Literal["critical", "warning", "info"]
 NonNegMs = Annotated[int, Field(ge=0)]
 
 
-# One rule's settings (catalog.py declares the rules): whether it runs, its
+# One rule's settings (contract/catalog.py declares the rules): whether it runs, its
 # severity, how long its condition must hold before it fires, and every
 # rule's thresholds (a rule reads only its own).
 AlertRule = create_model(

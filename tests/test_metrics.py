@@ -1,4 +1,4 @@
-"""The Prometheus metrics (isr/metrics.py) from a batch's output records,
+"""The Prometheus metrics (isr/sinks/prometheus.py) from a batch's output records,
 read back through prometheus-client's own registry, and the endpoint."""
 
 from __future__ import annotations

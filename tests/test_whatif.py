@@ -1,4 +1,4 @@
-"""The what-if report (isr/whatif.py): the same events under every policy,
+"""The what-if report (isr/engine/whatif.py): the same events under every policy,
 with the alert rules' definitions of flapping, a stalled HW and the leader
 alone."""
 

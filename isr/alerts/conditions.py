@@ -1,4 +1,4 @@
-"""The alert rules' conditions (catalog.py), as one pure scan of a partition.
+"""The alert rules' conditions (contract/catalog.py), as one pure scan of a partition.
 
 `scan(watch, view, T, params)` returns which conditions hold at event time T
 (with the numbers for their descriptions, formatted only when an alert is

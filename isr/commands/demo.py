@@ -1,5 +1,5 @@
 """`isr demo`: a real 3-broker Apache Kafka cluster with a producer, the taps
-on its logs and a paused follower (isr/demo_kafka.py), or the embedded broker
+on its logs and a paused follower (isr/commands/demo_kafka.py), or the embedded broker
 + the simulator's `demo` scenario in real time (here); then the streaming
 job, with ISR changes shown live in the terminal. Ctrl-C stops everything it
 started."""
@@ -99,7 +99,7 @@ def _batch_started(query) -> bool:
 def run_demo(config: Optional[str], overrides: list[str], duration: Optional[float],
              console: Console, broker_port: Optional[int] = None,
              cluster: str = "auto") -> int:
-    """`cluster`: kafka (a real 3-broker cluster, isr/demo_kafka.py), embedded
+    """`cluster`: kafka (a real 3-broker cluster, isr/commands/demo_kafka.py), embedded
     (the embedded broker + the simulator), or auto: kafka where Java and
     Maven (or the cached jars) are, else embedded, said in one line."""
     load_settings(config, DEMO_OVERRIDES + list(overrides))  # a mistake stops us before any start
@@ -158,7 +158,7 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
     scenario = load_scenario("demo")
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20,
                          "log_level": 0})
-    # The scenario starts at the next whole second (sim.command.starting_now).
+    # The scenario starts at the next whole second (commands.simulate.starting_now).
     fault = FirstFault(scenario, math.ceil(time.time()), settings.monitor.replica_lag_time_max_ms)
     gen = threading.Thread(target=feed_live, daemon=True,
                            args=(scenario, producer, topic, stop.is_set))
