@@ -22,8 +22,6 @@ from rich.console import Console
 
 from isr.commands import options
 from isr.config import ConfigError, Settings, load_settings
-from isr.commands.simulate import feed_live
-from isr.sim.scenario import load_scenario
 
 DEMO_OVERRIDES = [
     # Quick on a laptop: a 10 s lag limit, checks every 5 s, 1 s of lateness.
@@ -155,6 +153,9 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
         f"stream.checkpoint_location={tempfile.mkdtemp(prefix='isr-demo-')}"])
     topic = settings.input.topics[0]
     broker.create_topics([topic], 2)
+    from isr.commands.simulate import feed_live
+    from isr.sim.scenario import load_scenario
+
     scenario = load_scenario("demo")
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20,
                          "log_level": 0})

@@ -6,17 +6,17 @@ import argparse
 import itertools
 import math
 import time
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from isr.commands import options
 from isr.config import ConfigError, Settings
-from isr.sim.cluster import Simulator
-from isr.sim.output import Sent, at_rate, in_real_time, produce, write_file
-from isr.sim.scenario import Scenario, load_scenario, scenario_names
+
+if TYPE_CHECKING:
+    from isr.sim.output import Sent
+    from isr.sim.scenario import Scenario
+# The simulator is imported where it runs: `isr --help` loads every command's module.
 
 KAFKA_PREFIX = "kafka://"
 
@@ -28,16 +28,25 @@ def starting_now(scenario: Scenario) -> Scenario:
 
 def live_events(scenario: Scenario) -> Iterator[dict]:
     """The scenario without end, each event released when its ts comes."""
+    from isr.sim.cluster import Simulator
+    from isr.sim.output import in_real_time
+
     return in_real_time(Simulator(starting_now(scenario), -1).events())
 
 
 def feed_live(scenario: Scenario, producer, topic: str, stop: Callable[[], bool]) -> int:
     """Produce the scenario in real time until `stop()`; returns events sent."""
+    from isr.sim.output import produce
+
     events = itertools.takewhile(lambda _ev: not stop(), live_events(scenario))
     return produce(events, producer, topic).events
 
 
 def list_scenarios(console: Console) -> None:
+    from rich.table import Table
+
+    from isr.sim.scenario import load_scenario, scenario_names
+
     table = Table(box=None, show_header=False, pad_edge=False)
     for name in scenario_names():
         sc = load_scenario(name)
@@ -53,6 +62,10 @@ def simulate(scenario_name: str, to: str, rate: Optional[float], duration_s: Opt
     (only called when producing to Kafka). `forever`: the scenario in real
     time without end (its faults repeat as they are written), for a demo or
     a docker-compose stack that must keep running."""
+    from isr.sim.cluster import Simulator
+    from isr.sim.output import write_file
+    from isr.sim.scenario import load_scenario
+
     to_kafka = to.startswith(KAFKA_PREFIX)
     if rate is not None and not to_kafka:
         raise ConfigError("--rate paces production to Kafka; a file is written as fast as possible")
@@ -88,6 +101,7 @@ def simulate(scenario_name: str, to: str, rate: Optional[float], duration_s: Opt
 def _to_kafka(events, topic: str, rate: Optional[float], budget_s: float, partitions: int,
               settings: Settings, on_progress) -> Sent:
     from isr.kafka.client import ensure_topics, producer
+    from isr.sim.output import at_rate, in_real_time, produce
 
     if not topic:
         raise ConfigError("--to kafka://TOPIC needs a topic name")
@@ -107,6 +121,8 @@ class _Progress:
 
     def __init__(self, console: Console, scenario: Scenario, budget_s: float,
                  rate: Optional[float], enabled: bool) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
         self.enabled = enabled
         self.scenario, self.rate, self.budget_s = scenario, rate, budget_s
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),

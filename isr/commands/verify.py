@@ -25,10 +25,7 @@ import orjson
 from isr.commands import options
 from isr.config import ConfigError, MonitorSettings
 from isr.contract.decisions import IsrChange
-from isr.engine.local import rules_for
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, bounded_lines
-from isr.pipeline.local import replay
-from isr.tap.server_log import proposal_numbers
 
 
 @dataclass
@@ -110,6 +107,10 @@ def verify(paths: list[str], monitor: MonitorSettings, policy: str, tolerance_ms
     interval from the broker's start; the monitor checks at multiples of the
     interval since the epoch (docs/rules.md), so a shrink may differ by up to
     one interval on top of `tolerance_ms`."""
+    # Imported here, as in every command: `isr --help` loads each command's module.
+    from isr.engine.local import rules_for
+    from isr.pipeline.local import replay
+
     interval = rules_for(monitor, policy).interval_ms
     result = replay(paths, monitor.model_copy(update={"policy": [policy]}), merge=True,
                     max_line_bytes=max_line_bytes)
@@ -172,6 +173,8 @@ def _computed_isr(changes: list[IsrChange], given: list[Given],
 
 def describe(report: PartitionReport, t0: int) -> list[str]:
     """Lines for one partition that differs (times relative to `t0`, in s)."""
+    from isr.tap.server_log import proposal_numbers
+
     name = f"{report.topic}-{report.partition}"
     lines = [f"{name}: {len(report.matched)} ISR changes agree, "
              f"{len(report.computed_only)} only computed, {len(report.cluster_only)} only "
