@@ -22,8 +22,8 @@ from rich.console import Console
 
 from isr.config import load_settings
 from isr.kafka.embedded import EmbeddedBroker
-from isr.sim.command import simulate
-from isr.stream.sink import read_to_end
+from isr.commands.simulate import simulate
+from isr.sinks.kafka import read_to_end
 
 
 def per_second(bootstrap: str, topic: str, partitions: int) -> list[int]:

@@ -27,8 +27,8 @@ from gen import stream  # noqa: E402
 
 from isr.config import AlertSettings, MonitorSettings  # noqa: E402
 from isr.contract import validate  # noqa: E402
-from isr.engine.local import LocalEngine  # noqa: E402
-from isr.replay import replay  # noqa: E402
+from isr.pipeline.listeners import local_engine  # noqa: E402
+from isr.pipeline.local import replay  # noqa: E402
 
 
 def baseline(events: list) -> float:
@@ -89,25 +89,25 @@ def main() -> None:
     rows = [("baseline (plain loop, simpler rule)", baseline(events))]
 
     quiet = MonitorSettings(alerts=AlertSettings(enabled=False))
-    e0 = LocalEngine(quiet)
+    e0 = local_engine(quiet)
     rows.append(("model, kafka, alerts off", n / timed(lambda: e0.apply_in_order(events))))
-    engine = LocalEngine(MonitorSettings())
+    engine = local_engine(MonitorSettings())
     rows.append(("model, kafka (with alerts)", n / timed(lambda: engine.apply_in_order(events))))
     decisions = len(engine.decisions)
     state_bytes = sum(len(orjson.dumps(m.to_list())) for m in engine.partitions["kafka"].values())
     followers = sum(len(m.followers) for m in engine.partitions["kafka"].values())
 
     def through_sequencer():
-        e = LocalEngine(MonitorSettings())
+        e = local_engine(MonitorSettings())
         for seq, ev in enumerate(events):
             e.submit(ev, seq)
         e.finish()
     rows.append(("engine + sequencer, kafka", n / timed(through_sequencer)))
 
     all_policies = MonitorSettings(policy=["kafka", "kip16", "legacy", "kip501"])
-    e4 = LocalEngine(all_policies)
+    e4 = local_engine(all_policies)
     rows.append(("model, 4 policies side by side", n / timed(lambda: e4.apply_in_order(events))))
-    e4q = LocalEngine(all_policies.model_copy(update={"alerts": quiet.alerts}))
+    e4q = local_engine(all_policies.model_copy(update={"alerts": quiet.alerts}))
     rows.append(("model, 4 policies, alerts off", n / timed(lambda: e4q.apply_in_order(events))))
 
     with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as f:

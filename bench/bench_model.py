@@ -19,7 +19,7 @@ from gen import stream  # noqa: E402
 
 from isr.config import AlertSettings, MonitorSettings  # noqa: E402
 from isr.contract import validate  # noqa: E402
-from isr.engine.local import LocalEngine  # noqa: E402
+from isr.pipeline.listeners import local_engine  # noqa: E402
 
 SETTINGS = {
     "off": lambda: MonitorSettings(alerts=AlertSettings(enabled=False)),
@@ -33,7 +33,7 @@ def main() -> None:
     events = [validate(e) for e in stream(1000, 300_000)]
     best, decisions = 0.0, 0
     for _ in range(3):
-        engine = LocalEngine(SETTINGS[which]())
+        engine = local_engine(SETTINGS[which]())
         start = time.perf_counter()
         engine.apply_in_order(events)
         best = max(best, len(events) / (time.perf_counter() - start))

@@ -35,7 +35,7 @@ import orjson  # noqa: E402
 from gen import stream  # noqa: E402
 
 from isr.config import load_settings  # noqa: E402
-from isr.stream.progress import input_records  # noqa: E402
+from isr.sinks.progress import input_records  # noqa: E402
 
 
 def _progress_rate(query) -> tuple[float, int]:
@@ -152,7 +152,7 @@ def _feed(scenario, bootstrap: str, stop, sent) -> None:
     """The latency benchmark's generator process: the scenario in real time."""
     from confluent_kafka import Producer
 
-    from isr.sim.command import feed_live
+    from isr.commands.simulate import feed_live
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 0})
     parent = os.getppid()  # a killed benchmark must not leave its generator running

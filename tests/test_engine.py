@@ -14,6 +14,7 @@ from isr.contract.policies import POLICIES
 from isr.engine import snapshot
 from isr.engine.listeners import Listener
 from isr.engine.local import LocalEngine
+from isr.pipeline.listeners import local_engine, standard_listeners
 from isr.engine.sequencer import Sequencer
 from isr.model import PartitionModel
 
@@ -40,7 +41,7 @@ def _check_invariants(engine: LocalEngine, hw_seen: dict) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event_streams())
 def test_hw_monotonic_and_bounded_leader_in_isr_isr_within_assignment(events):
-    engine = LocalEngine(_settings())
+    engine = local_engine(_settings())
     hw_seen: dict = {}
     for ev in events:
         engine.apply_in_order([ev])
@@ -53,13 +54,13 @@ def test_hw_monotonic_and_bounded_leader_in_isr_isr_within_assignment(events):
 @given(event_streams(jitter_ms=3000), st.lists(st.integers(0, 80), max_size=4))
 def test_decisions_identical_when_split_and_state_restored(events, cuts):
     monitor = _settings(allowed_lateness_ms=5000, propagation="zk")
-    one = LocalEngine(monitor)
+    one = local_engine(monitor)
     for seq, ev in enumerate(events):
         one.submit(ev, seq)
     one.finish()
 
     decisions: list = []
-    engine = LocalEngine(monitor)
+    engine = local_engine(monitor)
     bounds = sorted({min(c, len(events)) for c in cuts}) + [len(events)]
     start = 0
     for end in bounds:
@@ -68,7 +69,7 @@ def test_decisions_identical_when_split_and_state_restored(events, cuts):
         engine.advance_watermark()
         decisions += engine.take_decisions()
         blob = snapshot.snapshot(engine)
-        engine = snapshot.restore(monitor, blob)
+        engine = snapshot.restore(monitor, blob, listeners=standard_listeners(monitor))
         assert snapshot.snapshot(engine) == blob  # exact round trip
         start = end
     engine.finish()
@@ -83,7 +84,7 @@ def test_decisions_identical_when_split_and_state_restored(events, cuts):
 @settings(max_examples=200, deadline=None)
 @given(event_streams())
 def test_partition_state_round_trips_exactly(events):
-    engine = LocalEngine(_settings())
+    engine = local_engine(_settings())
     engine.apply_in_order(events)
     for policy, parts in engine.partitions.items():
         for m in parts.values():
@@ -188,7 +189,7 @@ def test_an_event_far_ahead_of_the_stream_is_future_and_moves_nothing():
 
 
 def test_the_engine_reports_a_future_event_without_applying_it():
-    engine = LocalEngine(MonitorSettings(max_future_ms=10_000))
+    engine = local_engine(MonitorSettings(max_future_ms=10_000))
     assert engine.submit(leader(0), 0).status == "applied"
     outcome = engine.submit(append(86_400_000, 5), 1)
     assert outcome.status == "future" and "ahead of the stream's time" in outcome.reason

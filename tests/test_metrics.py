@@ -1,4 +1,4 @@
-"""The Prometheus metrics (isr/metrics.py) from a batch's output records,
+"""The Prometheus metrics (isr/sinks/prometheus.py) from a batch's output records,
 read back through prometheus-client's own registry, and the endpoint."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from helpers import T0, fetch, leader, run
 from isr.config import MetricsSettings
 from isr.contract.records import PARTITION_METRICS, OutputRecord, to_record
 from isr.kafka.embedded import free_port
-from isr.metrics import Metrics, input_lag
+from isr.sinks.prometheus import Metrics, input_lag
 
 ROOT = Path(__file__).resolve().parents[1]
 P = {"cluster": "default", "topic": "orders", "partition": "0", "policy": "kafka"}

@@ -4,7 +4,7 @@
 from helpers import T0, append, apply_now, broker, fetch, leader, run
 
 from isr.config import MonitorSettings
-from isr.replay import replay
+from isr.pipeline.local import replay
 from isr.contract.fast import encode
 
 

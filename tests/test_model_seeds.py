@@ -10,7 +10,7 @@ from pathlib import Path
 from helpers import T0, append, apply_now, broker, fetch, fetch_start, leader, run
 
 from isr.config import MonitorSettings
-from isr.replay import replay
+from isr.pipeline.local import replay
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -3,7 +3,7 @@
 from helpers import T0, append, event, fetch, fetch_start, leader, run
 
 from isr.config import MonitorSettings
-from isr.replay import replay
+from isr.pipeline.local import replay
 from isr.contract.fast import encode
 
 

@@ -12,7 +12,7 @@ import json
 import pytest
 from helpers import ROOT, cli
 
-from isr.tap.command import events_of
+from isr.tap.lines import events_of
 from isr.tap.metadata import MetadataLogTap
 from isr.tap.request_log import RequestLogTap
 from isr.tap.server_log import ServerLogTap

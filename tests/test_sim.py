@@ -13,14 +13,15 @@ import orjson
 import pytest
 
 from isr.config import load_settings
-from isr.contract.policies import POLICIES
 from isr.contract import Rejection, decode
 from isr.contract.decisions import IsrChange, output_order
-from isr.engine.local import LocalEngine, standard_listeners
+from isr.contract.policies import POLICIES
+from isr.engine.local import LocalEngine
 from isr.engine.summary import summary as summary_of
+from isr.engine.whatif import WhatIf
+from isr.pipeline.listeners import standard_listeners
 from isr.sim.cluster import Simulator
 from isr.sim.scenario import Scenario, load_scenario, scenario_names
-from isr.whatif import WhatIf
 
 ROOT = Path(__file__).resolve().parents[1]
 

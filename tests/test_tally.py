@@ -7,7 +7,7 @@ from pathlib import Path
 
 from isr.config import load_settings
 from isr.contract.records import to_record
-from isr.replay import replay
+from isr.pipeline.local import replay
 from isr.stream.tally import RunTally
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kafka-4485-small-produces.jsonl"

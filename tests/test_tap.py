@@ -24,7 +24,7 @@ from tapfixtures import (RESPONSE_MAX_BYTES, SERVER_LOG_WORDINGS, STATE_CHANGE_V
 
 from isr.contract import Rejection, decode
 from isr.tap import metadata, server_log, state_change
-from isr.tap.command import events_of
+from isr.tap.lines import events_of
 from isr.tap.lines import read_lines
 from isr.tap.metadata import MetadataLogTap, MetadataPoller
 from isr.tap.request_log import RequestLogTap, kafka_topic_id

@@ -13,7 +13,7 @@ from helpers import ROOT, cli
 
 from isr.contract import Rejection, decode
 from isr.tap import server_log, state_change
-from isr.tap.command import events_of
+from isr.tap.lines import events_of
 from isr.tap.metadata import MetadataLogTap
 from isr.tap.server_log import ServerLogTap, proposal_numbers
 from isr.tap.state_change import StateChangeTap

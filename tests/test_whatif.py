@@ -1,4 +1,4 @@
-"""The what-if report (isr/whatif.py): the same events under every policy,
+"""The what-if report (isr/engine/whatif.py): the same events under every policy,
 with the alert rules' definitions of flapping, a stalled HW and the leader
 alone."""
 
@@ -13,7 +13,7 @@ from test_sim import ROOT, run_policies, simulate
 from isr.contract.decisions import Alert
 from isr.engine.summary import summary as summary_of
 from isr.sim.scenario import load_scenario
-from isr.whatif import write_report
+from isr.engine.whatif import write_report
 
 
 def test_whatif_report_numbers_and_plot_for_kip501(tmp_path):
@@ -93,7 +93,7 @@ def test_whatif_plot_draws_min_isr_at_its_value_with_a_label():
     from matplotlib.lines import Line2D
     import matplotlib.pyplot as plt
 
-    from isr.whatif import figure
+    from isr.engine.whatif import figure
 
     sc = load_scenario("kip501-slow-leader")  # payments-like RF 3, min.insync.replicas 2
     engine, whatif = run_policies(sc, simulate(sc))

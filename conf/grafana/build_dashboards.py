@@ -9,7 +9,7 @@ wrong (docs/operations.md, "Dashboards", says why this and not grafanalib).
 Every query uses the `datasource` variable, so the dashboards import into any
 Grafana; each dashboard shows one policy at a time (default `kafka`), so no
 partition is counted once per policy. Panels read the monitor's metrics
-(isr/metrics.py); tests/integration/test_observability.py runs every query
+(isr/sinks/prometheus.py); tests/integration/test_observability.py runs every query
 against a real Prometheus.
 """
 

@@ -1,4 +1,4 @@
-"""The alert rules' conditions (catalog.py), as one pure scan of a partition.
+"""The alert rules' conditions (contract/catalog.py), as one pure scan of a partition.
 
 `scan(watch, view, T, params)` returns which conditions hold at event time T
 (with the numbers for their descriptions, formatted only when an alert is
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from isr.alerts.catalog import RULES
+from isr.contract.catalog import RULES
 from isr.alerts.watch import PartitionView, Watch
 from isr.model.follower import Follower
 from isr.model.health import isr_health

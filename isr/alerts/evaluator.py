@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 from typing import Optional
 
-from isr.alerts.catalog import CATALOG, RULES
+from isr.contract.catalog import CATALOG, RULES
 from isr.alerts.conditions import (PARTITION, RuleParams, describe, lag_crossing,
                                    lag_crossings, scan, stall_crossing, still_lagging)
 from isr.alerts.watch import AtChange, PartitionView, Watch

@@ -8,7 +8,7 @@ sends those has a bug the operator should hear about.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,6 +26,11 @@ Timestamp = Annotated[int, Field(ge=0, le=MAX_TS)]
 Name = Annotated[str, Field(min_length=1, max_length=249)]  # Kafka's topic-name limit
 # Bounds on lists keep every output record far below a producer's 1 MB limit.
 MAX_REPLICAS = 1024
+
+# An event's scope, stated once per type (its class): a partition's event
+# reaches that partition's models and is keyed `<topic>/<partition>`; a
+# broker's reaches every partition of its cluster and is keyed `broker/<id>`.
+PARTITION, BROKER = "partition", "broker"
 BrokerId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 # Kafka sends -1 for "no broker epoch" (ZooKeeper mode, Fetch < v15).
 BrokerEpoch = Annotated[int, Field(ge=-1, le=MAX_LONG)]
@@ -72,6 +77,8 @@ class _Event(BaseModel):
 
 
 class _PartitionEvent(_Event):
+    scope: ClassVar[str] = PARTITION
+
     topic: Name
     partition: NonNegInt
     leader: BrokerId
@@ -147,6 +154,8 @@ class Isr(_PartitionEvent):
 class Broker(_Event):
     """Broker lifecycle; cluster-wide, so it has no topic, partition or leader."""
 
+    scope: ClassVar[str] = BROKER
+
     type: Literal["broker"]
     broker: BrokerId
     broker_epoch: BrokerEpoch
@@ -165,3 +174,13 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     "isr": Isr,
     "broker": Broker,
 }
+
+SCOPE: dict[str, str] = {name: model.scope for name, model in EVENT_TYPES.items()}
+
+
+def routing_key(event: dict) -> bytes:
+    """The Kafka message key of an input event (docs/contract.md), so that a
+    partition's events stay in order."""
+    if SCOPE.get(event["type"]) == BROKER:
+        return f"broker/{event['broker']}".encode()
+    return f"{event['topic']}/{event['partition']}".encode()

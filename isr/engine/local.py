@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Optional
 from isr.config import MonitorSettings
 from isr.contract.decode import Rejection, decode_many
 from isr.contract.decisions import PartitionState
+from isr.contract.events import BROKER, SCOPE
 from isr.engine.listeners import Listener, hooks
 from isr.engine.sequencer import Sequencer
 from isr.model.brokers import Brokers
@@ -45,28 +46,15 @@ def rules_for(monitor: MonitorSettings, policy: str) -> Rules:
     )
 
 
-def standard_listeners(monitor: MonitorSettings) -> list[Listener]:
-    """The listeners the configuration asks for: the alert rules, and the
-    ZooKeeper-era propagation stage in `zk` mode."""
-    from isr.alerts.listener import AlertListener
-    from isr.engine.propagation import ZkPropagation
-
-    listeners: list[Listener] = []
-    if monitor.alerts.enabled:
-        listeners.append(AlertListener(monitor.alerts, monitor.replica_lag_time_max_ms))
-    if monitor.propagation == "zk":
-        listeners.append(ZkPropagation())
-    return listeners
-
-
 class LocalEngine:
     def __init__(self, monitor: MonitorSettings, policies: Optional[list[str]] = None,
-                 listeners: Optional[Iterable[Listener]] = None,
+                 listeners: Iterable[Listener] = (),
                  on_reject: Optional[Callable[[Any, str], None]] = None,
                  external_watermark: bool = False) -> None:
-        """`listeners`: None for the standard ones (standard_listeners), else
-        exactly these. `on_reject(origin, reason)`: a released event the model
-        rejected (origin is what the caller passed to `submit`).
+        """`listeners`: what hears of every step, the caller's choice
+        (pipeline/listeners.py: the configured ones). `on_reject(origin,
+        reason)`: a released event the model rejected (origin is what the
+        caller passed to `submit`).
         `external_watermark`: the watermark comes from outside (a Spark batch)
         through advance_watermark(wm) instead of from the events seen here."""
         self.monitor = monitor
@@ -81,7 +69,7 @@ class LocalEngine:
         self.ignored: Counter = Counter()
         self.max_ts = -1
         self._scratch: list = []  # a model's ISR changes of one call, before dispatch
-        self.listeners = standard_listeners(monitor) if listeners is None else list(listeners)
+        self.listeners = list(listeners)
         self._on_advance = hooks(self.listeners, "on_advance")
         self._on_change = hooks(self.listeners, "on_change")
         self._on_event = hooks(self.listeners, "on_event")
@@ -163,7 +151,7 @@ class LocalEngine:
         ts = event.ts
         if ts > self.max_ts:
             self.max_ts = ts
-        if event.type == "broker":
+        if SCOPE[event.type] == BROKER:
             self._on_broker(event)
             return APPLIED
         outcome = APPLIED

@@ -71,7 +71,7 @@ def queued_raw(engine: LocalEngine) -> list[tuple]:
 
 def restore(monitor: MonitorSettings, blob: bytes,
             on_reject: Optional[Callable[[Any, str], None]] = None,
-            external_watermark: bool = False, listeners=None,
+            external_watermark: bool = False, listeners=(),
             queued: Optional[list[tuple]] = None) -> LocalEngine:
     """`queued`: the queue kept apart (`queued_raw`), if the snapshot was
     taken without it; its events are decoded when released."""

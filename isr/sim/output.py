@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import orjson
 
+from isr.contract.events import routing_key
 from isr.kafka.client import send
 
 CHECK_EVERY = 256  # events between clock readings in the paced loops
@@ -30,13 +31,6 @@ class Sent:
     @property
     def rate(self) -> float:
         return self.events / self.seconds if self.seconds > 0 else 0.0
-
-
-def message_key(ev: dict) -> bytes:
-    """docs/contract.md: `<topic>/<partition>`, so a partition's events stay in order."""
-    if ev["type"] == "broker":
-        return f"broker/{ev['broker']}".encode()
-    return f"{ev['topic']}/{ev['partition']}".encode()
 
 
 def at_rate(events: Iterable[dict], rate: float, seconds: float,
@@ -93,7 +87,7 @@ def produce(events: Iterable[dict], producer, topic: str,
     count = 0
     try:
         for count, ev in enumerate(events, 1):
-            send(producer, topic, orjson.dumps(ev), message_key(ev))
+            send(producer, topic, orjson.dumps(ev), routing_key(ev))
             if count % 1024 == 0:
                 producer.poll(0)
                 if on_progress is not None:

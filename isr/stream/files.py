@@ -27,7 +27,7 @@ from pyspark.sql.streaming.datasource import (
 
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, bounded_lines
 from isr.stream.packing import END_OF_INPUT
-from isr.stream.progress import RECORDS
+from isr.sinks.progress import RECORDS
 from isr.stream.source import packed_batches, pack_settings, record_batch, source_schema
 
 # Each micro-batch's lines are read by this many tasks of equal size (a

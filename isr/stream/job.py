@@ -226,49 +226,15 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
     """`isr run` and the spark-submit job (isr/jobs/isr_monitor.py): Kafka in,
     Kafka out. Returns the query. `tally` (stream.tally.RunTally): counts
     what the job read and wrote, for the end-of-run summary."""
-    from isr.alerts.delivery import Deliverer
-    from isr.kafka.client import client_config, ensure_topics
-    from isr.metrics import Metrics
-    from isr.stream.sink import KafkaSink
+    from isr.pipeline.sinks import Outputs, configured_sinks
 
-    conf = client_config(settings.kafka)
-    out = settings.output
-
-    def topics_setup() -> None:
-        ensure_topics(conf, [out.changes_topic, out.state_topic, out.dead_letter_topic,
-                             out.alerts_topic], out.partitions, out.replication_factor,
-                      compacted=[out.state_topic, out.alerts_topic])
-        # One partition: the sink reads its commits in the order they were written.
-        ensure_topics(conf, [out.commit_topic], 1, out.replication_factor,
-                      compacted=[out.commit_topic])
-
-    topics_setup()
+    outputs = Outputs(configured_sinks(settings, tally))  # creates the output topics
     spark = spark or spark_session(settings, master)
-    sink = KafkaSink(conf, out, settings.stream.query_name, settings.kafka.outage_timeout_s,
-                     topics_setup)
-    deliverer = Deliverer(settings.delivery) if settings.delivery.webhooks else None
-    if deliverer is not None:
-        deliverer.keep_alive()
-    metrics = Metrics(settings.metrics) if settings.metrics.enabled else None
-    if metrics is not None:
-        metrics.serve()
-        watch_progress(spark, settings.stream.query_name, metrics.observe_progress)
-    if tally is not None:
-        watch_progress(spark, settings.stream.query_name, tally.observe_progress)
-
-    def write(batch_id: int, records: list[OutputRecord]) -> None:
-        sink.write_batch(batch_id, records)  # Kafka first: the alert topic is the record
-        if deliverer is not None:  # bounded by delivery.batch_budget_s
-            deliverer.deliver(alerts_in(records))
-        if tally is not None:
-            tally.observe_records(records)
-        if metrics is not None:
-            metrics.observe_records(records)
-            if deliverer is not None:
-                metrics.observe_delivery(deliverer.counts, deliverer.outbox_size)
-
-    query = start(spark, settings, write, trigger=trigger, partition_metrics=metrics is not None)
-    sink.bind(query.id)  # the checkpoint's id: the same across restarts from it
+    outputs.open(settings, lambda on_progress: watch_progress(
+        spark, settings.stream.query_name, on_progress))
+    query = start(spark, settings, outputs.write_batch, trigger=trigger,
+                  partition_metrics=outputs.wants_partition_metrics)
+    outputs.started(query.id)  # the checkpoint's id: the same across restarts from it
     return query
 
 
@@ -292,8 +258,3 @@ def watch_progress(spark, query_name: str, on_progress: Callable[[dict], None]) 
 
     spark.streams.addListener(Listener())
 
-
-def alerts_in(records: list[OutputRecord]) -> list:
-    from isr.contract.decisions import Alert
-
-    return [Alert.model_validate_json(r.value) for r in records if r.kind == "alert"]

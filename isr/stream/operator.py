@@ -29,11 +29,12 @@ from isr.config import MonitorSettings
 from isr.contract.decisions import DeadLetter
 from isr.contract.records import PARTITION_METRICS, SUMMARY, WATERMARK, OutputRecord, to_record
 from isr.engine import snapshot
-from isr.engine.local import LocalEngine, standard_listeners
+from isr.engine.local import LocalEngine
 from isr.engine.sequencer import LATE
 from isr.engine.summary import model_stats
 from isr.errors import CheckpointError
 from isr.gc_tuning import fewer_gc_passes
+from isr.pipeline.listeners import standard_listeners
 from isr.stream.packing import END_OF_RUN, PACK_COLUMNS, hold_of, unpack
 from isr.stream.throttle import StateThrottle
 

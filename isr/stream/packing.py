@@ -23,6 +23,7 @@ import orjson
 
 from isr.contract import Rejection
 from isr.contract.decode import decode_many
+from isr.contract.events import BROKER, SCOPE
 from isr.engine.sequencer import FUTURE, future_reason, is_future
 
 # Records that are not events, made by the monitor's own sources; a Kafka
@@ -151,7 +152,7 @@ class Packer:
             elif ts > seen[0]:
                 seen[0] = ts
             row = (ts, seq, value, source, where, None, None, None)
-            if event.type == "broker":
+            if SCOPE[event.type] == BROKER:  # every partition of its cluster
                 for b in everyone:
                     rows[b].append(row)
             else:

@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from isr.errors import DataLossError
 from isr.stream.packing import END_OF_RUN, PACKED_SCHEMA, Packer, pack_batch
-from isr.stream.progress import RECORDS
+from isr.sinks.progress import RECORDS
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,

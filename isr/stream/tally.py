@@ -10,11 +10,12 @@ from collections import Counter
 from isr.contract.decisions import Alert, IsrChange
 from isr.contract.records import OutputRecord
 from isr.engine.summary import summarize
-from isr.replay import ReplayResult, ReplayStats
-from isr.stream.progress import input_records
+from isr.pipeline.local import ReplayResult, ReplayStats
+from isr.sinks.base import Run, Sink
+from isr.sinks.progress import input_records
 
 
-class RunTally:
+class RunTally(Sink):
     """What the job decided so far. Only decisions (few) are kept whole; a
     partition is a key and, while under min ISR, the time it went under."""
 
@@ -38,6 +39,12 @@ class RunTally:
         ended (Spark keeps the last ones on the query)."""
         for p in query.recentProgress:
             self.observe_progress(p if isinstance(p, dict) else json.loads(p.json))
+
+    def open(self, run: Run) -> None:
+        run.watch_progress(self.observe_progress)
+
+    def write_batch(self, batch_id: int, records: list[OutputRecord]) -> None:
+        self.observe_records(records)
 
     @property
     def read(self) -> int:

@@ -16,7 +16,7 @@ Replicas = Callable[[tuple[str, int]], Optional[list[int]]]
 
 def dump_replicas(path: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Replicas:
     """The replicas as the dump's last record of each partition left them."""
-    from isr.tap.command import events_of
+    from isr.tap.lines import events_of
     from isr.tap.lines import read_lines
     from isr.tap.metadata import MetadataLogTap
 

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterable, Iterator, Optional, Union
 from zoneinfo import ZoneInfo
 
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Line, LineAssembler, Overlong, bounded_lines
@@ -170,3 +170,13 @@ def _follow(path: str, stop: Callable[[], bool], poll_s: float,
         time.sleep(poll_s)
     if f is not None:
         f.close()
+
+
+def events_of(tap, lines: Iterable[Union[str, Overlong]]) -> Iterator[dict]:
+    """The events of a tap over the lines of its source, then what it held back."""
+    for line in lines:
+        if isinstance(line, Overlong):
+            tap.feed_overlong(line)
+            continue
+        yield from tap.feed(line)
+    yield from tap.finish()

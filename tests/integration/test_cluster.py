@@ -23,8 +23,8 @@ import workload
 from cluster import clean_env, spark_home
 
 from isr.config import load_settings
-from isr.replay import replay
-from isr.stream.sink import read_to_end
+from isr.pipeline.local import replay
+from isr.sinks.kafka import read_to_end
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parents[2]

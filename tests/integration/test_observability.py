@@ -22,9 +22,9 @@ from helpers import wait_until
 from receivers import Alertmanager, Prometheus, Receiver  # tests/ is on sys.path (conftest)
 
 from isr.config import load_settings
-from isr.stream.progress import input_records
+from isr.contract.events import routing_key
+from isr.sinks.progress import input_records
 from isr.sim.cluster import Simulator
-from isr.sim.output import message_key
 from isr.sim.scenario import load_scenario
 
 pytestmark = pytest.mark.integration
@@ -114,7 +114,7 @@ def test_prometheus_scrapes_the_job_and_every_dashboard_and_rule_query_has_data(
 
     def produce(evs, bad: int) -> None:
         for e in evs:
-            producer.produce(topic, key=message_key(e), value=json.dumps(e))
+            producer.produce(topic, key=routing_key(e), value=json.dumps(e))
         for i in range(bad):
             producer.produce(topic, key=b"x", value=b"not json %d" % i)
         producer.flush(30)
@@ -218,12 +218,12 @@ def test_webhook_down_then_back_while_the_stream_keeps_running(broker, spark, tm
         "delivery.backoff_initial_s=0.05", "delivery.backoff_max_s=0.3",
         f'delivery.webhooks=[{{name="ops", url="http://127.0.0.1:{port}/hook"}}]')
     from isr.stream.job import run_to_kafka
-    from isr.stream.sink import read_to_end
+    from isr.sinks.kafka import read_to_end
 
     events = list(Simulator(load_scenario("kip501-slow-leader")).events())
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 10})
     for e in events:
-        producer.produce(topic, key=message_key(e), value=json.dumps(e))
+        producer.produce(topic, key=routing_key(e), value=json.dumps(e))
     producer.flush(30)
     receiver = Receiver(port=port)
     query = run_to_kafka(settings, spark=spark)
@@ -266,7 +266,7 @@ def test_real_alertmanager_gets_the_live_jobs_transitions_exactly_once(broker, s
     Alertmanager (v2 API), whose own webhook forwards it to this test."""
     import threading
 
-    from isr.sim.command import feed_live
+    from isr.commands.simulate import feed_live
     from isr.sim.scenario import Scenario
     from isr.stream.job import run_to_kafka
 

@@ -21,8 +21,8 @@ from test_real_kafka_faults import isr_of, producing, wait_for
 from isr.config import load_settings
 from isr.kafka.cluster import BROKER_IDS
 from isr.kafka.load import create_rf3_topics
-from isr.replay import replay
-from isr.stream.sink import read_to_end
+from isr.pipeline.local import replay
+from isr.sinks.kafka import read_to_end
 from isr.tap.live import RunningTaps, kafka_cluster_taps
 
 pytestmark = pytest.mark.kafka

@@ -16,7 +16,7 @@ from isr.config import MetricsSettings
 from isr.contract import decode
 from isr.contract.records import PARTITION_METRICS, OutputRecord, to_record
 from isr.kafka.cluster import BROKER_IDS
-from isr.metrics import Metrics
+from isr.sinks.prometheus import Metrics
 
 pytestmark = pytest.mark.kafka
 PAUSE_RUN = ROOT / "tests" / "data" / "real-kafka" / "4.4.0"  # broker 3 paused 7.5 s

@@ -25,7 +25,7 @@ from isr.config import load_settings
 from isr.kafka.client import consumer, end_offsets
 from isr.stream import job
 from isr.stream.packing import END_OF_RUN
-from isr.stream.sink import read_to_end
+from isr.sinks.kafka import read_to_end
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,9 +20,9 @@ from helpers import ROOT, wait_until
 
 from isr.config import load_settings
 from isr.kafka.embedded import EmbeddedBroker, free_port
-from isr.replay import replay
+from isr.pipeline.local import replay
 from isr.stream import job
-from isr.stream.sink import read_to_end
+from isr.sinks.kafka import read_to_end
 
 pytestmark = pytest.mark.integration
 

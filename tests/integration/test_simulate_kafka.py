@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from isr.stream.sink import read_to_end
+from isr.sinks.kafka import read_to_end
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def test_simulated_cluster_through_the_streaming_job_matches_replay(broker, spar
     give the decisions `isr replay` gives on the same events."""
     from isr.config import load_settings
     from isr.sim.cluster import Simulator
-    from isr.sim.output import message_key
+    from isr.contract.events import routing_key
     from isr.sim.scenario import load_scenario
     from isr.stream.job import run_to_kafka
     from confluent_kafka import Producer
@@ -75,7 +75,7 @@ def test_simulated_cluster_through_the_streaming_job_matches_replay(broker, spar
     broker.create_topics([f"{name}.in"], 2)
     p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20})
     for e in events:
-        p.produce(f"{name}.in", key=message_key(e), value=json.dumps(e))
+        p.produce(f"{name}.in", key=routing_key(e), value=json.dumps(e))
     p.flush(30)
     overrides = [f"kafka.bootstrap_servers={broker.bootstrap}", f'input.topics=["{name}.in"]',
                  f"output.changes_topic={name}.changes", f"output.state_topic={name}.state",

@@ -9,14 +9,15 @@ import json
 import orjson
 import pytest
 import workload
+from recording_sink import RecordingSink
 
 from isr.config import load_settings
 from isr.contract import validate
-from isr.engine.local import LocalEngine
-from isr.replay import replay
+from isr.pipeline.listeners import local_engine
+from isr.pipeline.local import replay
 from isr.stream import buckets, job
 from isr.stream.replay_spark import replay_spark
-from isr.stream.sink import read_to_end
+from isr.sinks.kafka import read_to_end
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,7 @@ def local_result(workload_file):
 
 def test_end_to_end_kafka_in_kafka_out_equals_local_replay(broker, spark, tmp_path,
                                                             local_result):
-    s = settings_for(broker, tmp_path)
+    s = settings_for(broker, tmp_path, 'output.sinks=["recording_sink:RecordingSink"]')
     broker.create_topics(s.input.topics, 2)
     workload.produce(broker.bootstrap, s.input.topics[0], workload.lines())
     job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
@@ -60,6 +61,10 @@ def test_end_to_end_kafka_in_kafka_out_equals_local_replay(broker, spark, tmp_pa
     expected = [d for d in final if d["type"] == "isr_change"]
     assert sorted(changes, key=lambda d: d["id"]) == sorted(expected, key=lambda d: d["id"])
     assert len({d["id"] for d in changes}) == len(changes)  # written once
+    # A sink named in one line of configuration got what the Kafka sink wrote.
+    recorded = [json.loads(r.value) for r in RecordingSink.last.records()
+                if r.kind == "isr_change"]
+    assert sorted(recorded, key=lambda d: d["id"]) == sorted(changes, key=lambda d: d["id"])
     # Alerts: the same transitions at the same event times as the local replay.
     alerts = records(broker, s.output.alerts_topic)
     expected_alerts = [d for d in final if d["type"] == "alert"]
@@ -102,7 +107,7 @@ def test_throttled_partition_state_still_ends_with_every_partitions_latest_state
     workload.produce(broker.bootstrap, topic, [json.dumps(e).encode() for e in events])
     job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
 
-    engine = LocalEngine(s.monitor)
+    engine = local_engine(s.monitor)
     for seq, e in enumerate(events):
         engine.submit(validate(e), seq)
     engine.advance_watermark()

@@ -13,7 +13,7 @@ from kafka.admin import KafkaAdminClient
 from tapfixtures import TOPIC_ID, follower_outage
 
 from isr.kafka.client import topic_partitions
-from isr.stream.sink import read_to_end
+from isr.sinks.kafka import read_to_end
 from isr.tap.request_log import kafka_topic_id
 
 

@@ -27,11 +27,12 @@ from typing import Iterable, Optional
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from isr.config import OutputSettings
+from isr.config import OutputSettings, Settings
 from isr.contract.records import OutputRecord
 from isr.errors import KafkaUnavailable, SinkError
-from isr.kafka.client import (KafkaTimeout, consumer, producer, riding_out, send,
-                              topic_partitions)
+from isr.kafka.client import (KafkaTimeout, client_config, consumer, ensure_topics, producer,
+                              riding_out, send, topic_partitions)
+from isr.sinks.base import Sink
 
 H_QUERY, H_CHECKPOINT, H_BATCH, H_ID = "isr.query", "isr.checkpoint", "isr.batch", "isr.id"
 TRY_S = 30  # one producer's try at a batch
@@ -82,7 +83,29 @@ def read_to_end(conf: dict, starts: dict[tuple[str, int], int], timeout: float =
         c.close()
 
 
-class KafkaSink:
+def output_topics(conf: dict, out: OutputSettings):
+    """What creates the output topics (at the start, and again after an
+    outage in which they may have gone)."""
+    def topics_setup() -> None:
+        ensure_topics(conf, [out.changes_topic, out.state_topic, out.dead_letter_topic,
+                             out.alerts_topic], out.partitions, out.replication_factor,
+                      compacted=[out.state_topic, out.alerts_topic])
+        # One partition: the sink reads its commits in the order they were written.
+        ensure_topics(conf, [out.commit_topic], 1, out.replication_factor,
+                      compacted=[out.commit_topic])
+    return topics_setup
+
+
+class KafkaSink(Sink):
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "KafkaSink":
+        """The [output] topics of the [kafka] cluster, created if missing."""
+        conf = client_config(settings.kafka)
+        topics_setup = output_topics(conf, settings.output)
+        topics_setup()
+        return cls(conf, settings.output, settings.stream.query_name,
+                   settings.kafka.outage_timeout_s, topics_setup)
+
     def __init__(self, conf: dict, output: OutputSettings, query_name: str,
                  outage_s: float = 300.0, topics_setup=None) -> None:
         """`topics_setup()`: creates the output topics (again, after an outage
@@ -115,6 +138,8 @@ class KafkaSink:
         batch is written only once it is known."""
         self._checkpoint = checkpoint_id
         self._bound.set()
+
+    started = bind
 
     # ------------------------------------------------------------ commits
     def _last_commit(self) -> tuple[int, dict[str, int]]:

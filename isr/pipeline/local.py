@@ -21,14 +21,15 @@ import orjson
 
 from isr.config import MonitorSettings
 from isr.contract import DeadLetter, Rejection
-from isr.contract.decode import decode_many
 from isr.contract.decisions import output_order
-from isr.engine.local import LocalEngine, standard_listeners
+from isr.contract.decode import decode_many
+from isr.engine.local import LocalEngine
 from isr.engine.sequencer import FUTURE, LATE
 from isr.engine.summary import PolicySummary, summary
+from isr.engine.whatif import PolicyRow, WhatIf
 from isr.gc_tuning import fewer_gc_passes
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Line, Overlong, bounded_lines
-from isr.whatif import PolicyRow, WhatIf
+from isr.pipeline.listeners import standard_listeners
 
 LINES_PER_DECODE = 4096  # lines decoded together (decode_many)
 

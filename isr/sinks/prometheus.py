@@ -41,7 +41,9 @@ from socketserver import ThreadingMixIn
 from isr.config import MetricsSettings
 from isr.contract.records import PARTITION_METRICS, WATERMARK, OutputRecord
 from isr.model.health import isr_health
-from isr.stream.progress import input_lag, input_records
+from isr.sinks.base import Run, Sink
+from isr.sinks.progress import input_lag, input_records
+from isr.sinks.webhooks import Deliverer
 
 P_LABELS = ("cluster", "topic", "partition", "policy")
 F_LABELS = P_LABELS + ("replica",)
@@ -71,7 +73,10 @@ def _flags(s: dict) -> tuple[bool, ...]:
             s["leader"] < 0)
 
 
-class Metrics:
+class Metrics(Sink):
+    wants_partition_metrics = True  # the per-partition gauges
+    _deliverer: Optional[Deliverer] = None
+
     def __init__(self, settings: MetricsSettings,
                  registry: Optional[CollectorRegistry] = None) -> None:
         self.settings = settings
@@ -172,6 +177,17 @@ class Metrics:
             server.socket = context.wrap_socket(server.socket, server_side=True)
         threading.Thread(target=server.serve_forever, daemon=True, name="isr-metrics").start()
         return True
+
+    # ------------------------------------------------------------ as a sink
+    def open(self, run: Run) -> None:
+        self.serve()
+        run.watch_progress(self.observe_progress)
+        self._deliverer = next((s for s in run.sinks if isinstance(s, Deliverer)), None)
+
+    def write_batch(self, batch_id: int, records: list[OutputRecord]) -> None:
+        self.observe_records(records)
+        if self._deliverer is not None:
+            self.observe_delivery(self._deliverer.counts, self._deliverer.outbox_size)
 
     # ------------------------------------------------------------ batches
     def _wanted(self, topic: str) -> bool:

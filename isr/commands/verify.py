@@ -14,18 +14,18 @@ own log line. The rules are in docs/tap.md ("isr verify").
 
 from __future__ import annotations
 
+import argparse
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
 import orjson
 
-from isr.config import MonitorSettings
+from isr.commands import options
+from isr.config import ConfigError, MonitorSettings
 from isr.contract.decisions import IsrChange
-from isr.engine.local import rules_for
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, bounded_lines
-from isr.replay import replay
-from isr.tap.server_log import proposal_numbers
 
 
 @dataclass
@@ -107,6 +107,10 @@ def verify(paths: list[str], monitor: MonitorSettings, policy: str, tolerance_ms
     interval from the broker's start; the monitor checks at multiples of the
     interval since the epoch (docs/rules.md), so a shrink may differ by up to
     one interval on top of `tolerance_ms`."""
+    # Imported here, as in every command: `isr --help` loads each command's module.
+    from isr.engine.local import rules_for
+    from isr.pipeline.local import replay
+
     interval = rules_for(monitor, policy).interval_ms
     result = replay(paths, monitor.model_copy(update={"policy": [policy]}), merge=True,
                     max_line_bytes=max_line_bytes)
@@ -169,6 +173,8 @@ def _computed_isr(changes: list[IsrChange], given: list[Given],
 
 def describe(report: PartitionReport, t0: int) -> list[str]:
     """Lines for one partition that differs (times relative to `t0`, in s)."""
+    from isr.tap.server_log import proposal_numbers
+
     name = f"{report.topic}-{report.partition}"
     lines = [f"{name}: {len(report.matched)} ISR changes agree, "
              f"{len(report.computed_only)} only computed, {len(report.cluster_only)} only "
@@ -191,3 +197,46 @@ def describe(report: PartitionReport, t0: int) -> list[str]:
         lines.append(f"  the cluster committed {commit.isr} at +{(commit.ts - t0) / 1000:.3f}s "
                      f"while {held}{why}")
     return lines
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("verify", help="where the computed ISR changes and the cluster's own differ",
+                       description="Replay EVENTS (with the cluster's own `isr` events, e.g. from "
+                                   "`isr tap server-log`) and print, per partition, where the "
+                                   "computed ISR changes and the ones the cluster committed "
+                                   "differ, with the numbers of both sides. Exit 1 if any differ.")
+    p.add_argument("events", nargs="+", metavar="EVENTS", help="JSON-lines event files")
+    p.add_argument("--policy", default="kafka", help="the policy to compare (default kafka)")
+    p.add_argument("--tolerance-ms", type=int, default=2000,
+                   help="a computed change and a commit this close in time are the same change "
+                        "(the leader's AlterPartition round trip; default 2000); a shrink may "
+                        "also differ by one ISR check interval (docs/tap.md)")
+    options.add_config_options(p)
+    p.set_defaults(func=cmd_verify)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from isr import preflight
+
+    if "-" in args.events:
+        raise ConfigError("reads its files twice (the replay, then the cluster's side): give "
+                          "files, not - (stdin)")
+    preflight.readable_inputs(args.events)
+    settings = options.settings(args)
+    reports = verify(args.events, settings.monitor, args.policy, args.tolerance_ms,
+                     settings.input.max_line_bytes)
+    if not reports:
+        print("no ISR changes on either side: nothing to compare", file=sys.stderr)
+        return 0
+    t0 = min([c.ts for r in reports for c, _ in r.matched] +
+             [c.ts for r in reports for c in r.computed_only] +
+             [c.ts for r in reports for c, _ in r.cluster_only] or [0])
+    differ = [r for r in reports if not r.agrees]
+    for r in differ:
+        print("\n".join(describe(r, t0)))
+    agreed = sum(len(r.matched) for r in reports)
+    given = sum(len(r.given) for r in reports)
+    states = f"; {given} ISRs set by leader events agree" if given else ""
+    print(f"{len(reports)} partitions, {agreed} ISR changes agree, {len(differ)} partitions "
+          f"differ (policy {args.policy}, tolerance {args.tolerance_ms} ms{states})")
+    return 1 if differ else 0

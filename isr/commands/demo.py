@@ -1,11 +1,12 @@
 """`isr demo`: a real 3-broker Apache Kafka cluster with a producer, the taps
-on its logs and a paused follower (isr/demo_kafka.py), or the embedded broker
+on its logs and a paused follower (isr/commands/demo_kafka.py), or the embedded broker
 + the simulator's `demo` scenario in real time (here); then the streaming
 job, with ISR changes shown live in the terminal. Ctrl-C stops everything it
 started."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -19,9 +20,8 @@ from typing import Optional
 
 from rich.console import Console
 
+from isr.commands import options
 from isr.config import ConfigError, Settings, load_settings
-from isr.sim.command import feed_live
-from isr.sim.scenario import load_scenario
 
 DEMO_OVERRIDES = [
     # Quick on a laptop: a 10 s lag limit, checks every 5 s, 1 s of lateness.
@@ -97,14 +97,14 @@ def _batch_started(query) -> bool:
 def run_demo(config: Optional[str], overrides: list[str], duration: Optional[float],
              console: Console, broker_port: Optional[int] = None,
              cluster: str = "auto") -> int:
-    """`cluster`: kafka (a real 3-broker cluster, isr/demo_kafka.py), embedded
+    """`cluster`: kafka (a real 3-broker cluster, isr/commands/demo_kafka.py), embedded
     (the embedded broker + the simulator), or auto: kafka where Java and
     Maven (or the cached jars) are, else embedded, said in one line."""
     load_settings(config, DEMO_OVERRIDES + list(overrides))  # a mistake stops us before any start
     os.environ.setdefault("ISR_SPARK_LOG_LEVEL", "ERROR")  # keep the terminal readable
     stages = Stages(console)
     if cluster != "embedded":
-        from isr.demo_kafka import FALL_BACK, run_kafka_demo, why_no_kafka
+        from isr.commands.demo_kafka import FALL_BACK, run_kafka_demo, why_no_kafka
 
         why = why_no_kafka()
         if why is None:
@@ -153,10 +153,13 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
         f"stream.checkpoint_location={tempfile.mkdtemp(prefix='isr-demo-')}"])
     topic = settings.input.topics[0]
     broker.create_topics([topic], 2)
+    from isr.commands.simulate import feed_live
+    from isr.sim.scenario import load_scenario
+
     scenario = load_scenario("demo")
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20,
                          "log_level": 0})
-    # The scenario starts at the next whole second (sim.command.starting_now).
+    # The scenario starts at the next whole second (commands.simulate.starting_now).
     fault = FirstFault(scenario, math.ceil(time.time()), settings.monitor.replica_lag_time_max_ms)
     gen = threading.Thread(target=feed_live, daemon=True,
                            args=(scenario, producer, topic, stop.is_set))
@@ -220,3 +223,32 @@ def _show_changes(query, settings: Settings, bootstrap: str, duration: Optional[
         consumer.close()
         query.stop()
     return 0 if shown or not duration else 3
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("demo", help="a real Kafka cluster (or the embedded broker + simulator), "
+                                    "the taps and the job, ISR changes shown live",
+                       description="Start a real 3-broker Apache Kafka cluster (KRaft; its jars "
+                                   "fetched with Maven once), a producer (acks=all, RF 3, min "
+                                   "ISR 2), the taps on the brokers' logs and the streaming job, "
+                                   "and pause broker 3 (SIGSTOP) longer than the lag limit "
+                                   "every 40 s; without Java or Maven, the embedded "
+                                   "Kafka-protocol broker (Tansu) and the cluster simulator's "
+                                   "`demo` scenario instead. ISR changes are shown as the job "
+                                   "writes them. Ctrl-C stops everything.")
+    p.add_argument("--cluster", choices=("auto", "kafka", "embedded"), default="auto",
+                   help="kafka: the real cluster; embedded: the embedded broker + simulator; "
+                        "auto (default): kafka where Java and Maven are, else embedded")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="stop this long after Spark has started (default: until Ctrl-C)")
+    p.add_argument("--broker-port", type=int, metavar="PORT",
+                   help="the embedded broker's port (default: a free one), or the real "
+                        "cluster's first port (controller; brokers the next three; default "
+                        "19300); the metrics endpoint's is metrics.port")
+    options.add_config_options(p)
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    return run_demo(args.config, args.set or [], args.duration, Console(), args.broker_port,
+                    args.cluster)

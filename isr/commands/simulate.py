@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import math
 import time
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from isr.commands import options
 from isr.config import ConfigError, Settings
-from isr.sim.cluster import Simulator
-from isr.sim.output import Sent, at_rate, in_real_time, produce, write_file
-from isr.sim.scenario import Scenario, load_scenario, scenario_names
+
+if TYPE_CHECKING:
+    from isr.sim.output import Sent
+    from isr.sim.scenario import Scenario
+# The simulator is imported where it runs: `isr --help` loads every command's module.
 
 KAFKA_PREFIX = "kafka://"
 
@@ -26,16 +28,25 @@ def starting_now(scenario: Scenario) -> Scenario:
 
 def live_events(scenario: Scenario) -> Iterator[dict]:
     """The scenario without end, each event released when its ts comes."""
+    from isr.sim.cluster import Simulator
+    from isr.sim.output import in_real_time
+
     return in_real_time(Simulator(starting_now(scenario), -1).events())
 
 
 def feed_live(scenario: Scenario, producer, topic: str, stop: Callable[[], bool]) -> int:
     """Produce the scenario in real time until `stop()`; returns events sent."""
+    from isr.sim.output import produce
+
     events = itertools.takewhile(lambda _ev: not stop(), live_events(scenario))
     return produce(events, producer, topic).events
 
 
 def list_scenarios(console: Console) -> None:
+    from rich.table import Table
+
+    from isr.sim.scenario import load_scenario, scenario_names
+
     table = Table(box=None, show_header=False, pad_edge=False)
     for name in scenario_names():
         sc = load_scenario(name)
@@ -51,6 +62,10 @@ def simulate(scenario_name: str, to: str, rate: Optional[float], duration_s: Opt
     (only called when producing to Kafka). `forever`: the scenario in real
     time without end (its faults repeat as they are written), for a demo or
     a docker-compose stack that must keep running."""
+    from isr.sim.cluster import Simulator
+    from isr.sim.output import write_file
+    from isr.sim.scenario import load_scenario
+
     to_kafka = to.startswith(KAFKA_PREFIX)
     if rate is not None and not to_kafka:
         raise ConfigError("--rate paces production to Kafka; a file is written as fast as possible")
@@ -86,6 +101,7 @@ def simulate(scenario_name: str, to: str, rate: Optional[float], duration_s: Opt
 def _to_kafka(events, topic: str, rate: Optional[float], budget_s: float, partitions: int,
               settings: Settings, on_progress) -> Sent:
     from isr.kafka.client import ensure_topics, producer
+    from isr.sim.output import at_rate, in_real_time, produce
 
     if not topic:
         raise ConfigError("--to kafka://TOPIC needs a topic name")
@@ -105,6 +121,8 @@ class _Progress:
 
     def __init__(self, console: Console, scenario: Scenario, budget_s: float,
                  rate: Optional[float], enabled: bool) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
         self.enabled = enabled
         self.scenario, self.rate, self.budget_s = scenario, rate, budget_s
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
@@ -130,3 +148,57 @@ class _Progress:
     def __exit__(self, *exc) -> None:
         if self.enabled:
             self.progress.stop()
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("simulate", help="run a cluster scenario; events to a topic or a file",
+                       description="Simulate a Kafka cluster's leader-side observations for a "
+                                   "scenario of isr/sim/scenarios (or a TOML path) and write the "
+                                   "fetch-state events to a file (as fast as possible) or "
+                                   "produce them to Kafka (in real time, or at --rate events/s "
+                                   "as a load generator that reports the rate it held).")
+    p.add_argument("--scenario", metavar="NAME", help="a name from --list, or a TOML file")
+    p.add_argument("--to", metavar="kafka://TOPIC|FILE",
+                   help="kafka://TOPIC (brokers from [kafka]), a JSON-lines file, or - for stdout")
+    p.add_argument("--rate", type=float, metavar="EVENTS_PER_S",
+                   help="load generator: hold this many events/s (Kafka only); the scenario runs "
+                        "for --duration seconds of wall time")
+    p.add_argument("--duration", type=float, metavar="S",
+                   help="seconds to run (default: the scenario's); simulated time, which is "
+                        "wall time when producing in real time")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--forever", action="store_true",
+                   help="kafka://TOPIC only: the scenario in real time without end (its "
+                        "repeating faults keep coming), until stopped")
+    p.add_argument("--partitions", type=int, default=4,
+                   help="partitions of the topic if it must be created (default 4)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress or summary")
+    options.add_config_options(p)
+    p.set_defaults(func=cmd_simulate)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    if args.list:
+        list_scenarios(Console())
+        return 0
+    if not args.scenario or not args.to:
+        raise ConfigError("needs --scenario NAME and --to kafka://TOPIC | FILE "
+                          "(--list shows the scenarios)")
+    if not args.to.startswith("kafka://"):
+        from isr import preflight
+        preflight.writable_file(args.to, "--to")
+    sent = simulate(args.scenario, args.to, args.rate, args.duration, args.seed,
+                    args.partitions, lambda: options.settings(args), err,
+                    show_progress=not args.quiet and err.is_terminal, forever=args.forever)
+    if not args.quiet:
+        line = f"{sent.events} events in {sent.seconds:.1f} s ({sent.rate:,.0f} events/s"
+        if sent.target_rate:
+            line += f"; target {sent.target_rate:,.0f}, held {sent.rate / sent.target_rate:.1%}"
+        err.print(line + f") -> {args.to}", highlight=False, soft_wrap=True)
+        if sent.monitor_overrides:
+            err.print("the scenario is meant to be watched with: "
+                      + " ".join(f"--set {o}" for o in sent.monitor_overrides), highlight=False,
+                      soft_wrap=True)
+    return 0

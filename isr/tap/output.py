@@ -8,28 +8,19 @@ import sys
 import time
 from collections import Counter
 from contextlib import nullcontext
-from typing import Callable, Iterable, Iterator, Optional, Union
+from typing import Callable, Optional
 
 import orjson
 from rich.console import Console
 
 from isr.config import ConfigError, Settings
-from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong
+from isr.contract.events import routing_key
+from isr.linecap import DEFAULT_MAX_LINE_BYTES
 from isr.signals import StopOnSignal
-from isr.sim.output import message_key
-from isr.tap.lines import read_lines
+from isr.tap.lines import events_of, read_lines
 
 KAFKA_PREFIX = "kafka://"
 NOTHING_WRITTEN = 3  # as `isr replay` that accepted nothing (README, exit codes)
-
-
-def events_of(tap, lines: Iterable[Union[str, Overlong]]) -> Iterator[dict]:
-    for line in lines:
-        if isinstance(line, Overlong):
-            tap.feed_overlong(line)
-            continue
-        yield from tap.feed(line)
-    yield from tap.finish()
 
 
 class Sink:
@@ -62,7 +53,7 @@ class Sink:
         if self.producer is not None:
             from isr.kafka.client import send
 
-            send(self.producer, self.topic, data, message_key(ev))
+            send(self.producer, self.topic, data, routing_key(ev))
             if self.written % 1024 == 0:
                 self.producer.poll(0)
         else:

@@ -5,7 +5,7 @@ its numbers.
 
 The configuration's rule settings (config.AlertRule), the annotations' summary,
 the evaluator's fetch and append fast paths and the docs table (docs/alerts.md, written by
-`python -m isr.alerts.catalog`) all come from here. The conditions themselves
+`python -m isr.contract.catalog`) all come from here. The conditions themselves
 are evaluated in one pass over a partition (conditions.py), in this order.
 """
 

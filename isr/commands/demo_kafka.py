@@ -22,7 +22,7 @@ import time
 from typing import Optional
 
 from isr.config import Settings, load_settings
-from isr.demo import Stages, _show_changes
+from isr.commands.demo import Stages, _show_changes
 
 FALL_BACK = -1000   # run_kafka_demo: Maven Central unreachable, use the embedded path
 PAUSED = 3          # the broker the demo pauses; the monitor's topics are on the others

@@ -30,6 +30,8 @@ from tenacity import (RetryError, Retrying, retry_if_exception_type, stop_after_
 
 from isr.config import DeliverySettings, Receiver
 from isr.contract.decisions import Alert
+from isr.contract.records import OutputRecord
+from isr.sinks.base import Run, Sink
 
 SIGNATURE_HEADER = "X-ISR-Signature"
 TIMESTAMP_HEADER = "X-ISR-Timestamp"  # unix seconds, signed with the body
@@ -95,7 +97,7 @@ def payload(receiver: Receiver, alert: Alert, generator_url: str,
     return json.loads(alert.model_dump_json())
 
 
-class Deliverer:
+class Deliverer(Sink):
     def __init__(self, settings: DeliverySettings, client: Optional[httpx.Client] = None
                  ) -> None:
         self.settings = settings
@@ -231,6 +233,13 @@ class Deliverer:
     def close(self) -> None:
         self._stop.set()
 
+    # ------------------------------------------------------------ as a sink
+    def open(self, run: Run) -> None:
+        self.keep_alive()
+
+    def write_batch(self, batch_id: int, records: list[OutputRecord]) -> None:
+        self.deliver(alerts_in(records))  # bounded by delivery.batch_budget_s
+
     # ------------------------------------------------------------ internals
     def _send(self, receiver: Receiver, alert: Alert, deadline: float) -> bool:
         body = json.dumps(payload(receiver, alert, self.settings.generator_url,
@@ -289,3 +298,7 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def alerts_in(records: list[OutputRecord]) -> list[Alert]:
+    return [Alert.model_validate_json(r.value) for r in records if r.kind == "alert"]

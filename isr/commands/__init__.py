@@ -1,0 +1,1 @@
+"""The `isr` commands, one module each: its parser and its function (cli.py gathers them)."""

@@ -1,0 +1,1 @@
+"""The flow composed from the configuration: source -> decode -> sequencer -> engine -> listeners -> sinks."""
