@@ -62,7 +62,8 @@ def test_valid_fetch_defaults():
 def test_schema_lists_every_record_type():
     out = cli("schema")
     schemas = json.loads(out.stdout)
-    assert set(schemas["input"]) == {"fetch", "fetch_start", "append", "leader", "isr", "broker"}
+    assert set(schemas["input"]) == {"fetch", "fetch_start", "append", "leader", "isr", "broker",
+                                     "fetch_session"}
     assert {"isr_change", "partition_state", "isr_propagation", "alert", "dead_letter"} <= set(
         schemas["output"])
     one = json.loads(cli("schema", "--type", "fetch").stdout)

@@ -144,6 +144,87 @@ class Isr(_PartitionEvent):
     partition_epoch: Optional[NonNegInt] = None
 
 
+# A fetch session's epochs (Kafka's FetchMetadata): 0 opens a new session
+# with a full request, -1 (FINAL_EPOCH) is a sessionless full request, and
+# 1, 2, ... number the incremental requests of one session.
+INITIAL_EPOCH, FINAL_EPOCH = 0, -1
+MAX_SESSION_PARTITIONS = 200_000
+
+
+def impossible_fetch_session(ev) -> Optional[str]:
+    problem = impossible_follower_event(ev)
+    if problem:
+        return problem
+    full = ev.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH)
+    if ev.full != full:
+        return (f"full is {str(ev.full).lower()} but session_epoch {ev.session_epoch} makes the "
+                f"request {'full' if full else 'incremental'} (Kafka's FetchMetadata.isFull)")
+    if ev.full and ev.forgotten:
+        return "a full request forgets no partitions (forgotten must be empty)"
+    seen = set()
+    for p in ev.partitions:
+        key = (p.topic, p.partition)
+        if key in seen:
+            return f"partition {p.topic}-{p.partition} is listed twice"
+        seen.add(key)
+    for p in ev.forgotten:
+        if (p.topic, p.partition) in seen:
+            return f"partition {p.topic}-{p.partition} is both listed and forgotten"
+    return None
+
+
+class SessionPartition(BaseModel):
+    """One partition a session request listed: the follower's position in it."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+    topic: Name
+    partition: NonNegInt
+    leader_epoch: NonNegInt  # the request's current_leader_epoch
+    fetch_offset: NonNegInt
+    leader_leo: Optional[NonNegInt] = None  # where the tap knows it
+
+
+class ForgottenPartition(BaseModel):
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+    topic: Name
+    partition: NonNegInt
+
+
+class FetchSession(_Event):
+    """One follower FETCH request of a leader/follower fetch session (KIP-227).
+
+    Only the partitions the request listed are here; the leader evaluates every
+    partition of the session (docs/rules.md, "Fetch sessions"). Routing key:
+    (cluster, leader) (`routing_key`), the leader's view, as Kafka holds sessions
+    per leader."""
+
+    type: Literal["fetch_session"]
+    leader: BrokerId
+    replica: BrokerId
+    received_ts: Optional[Timestamp] = None
+    broker_epoch: Optional[BrokerEpoch] = None
+    session_id: Annotated[int, Field(ge=0, le=2**31 - 1)]
+    session_epoch: Annotated[int, Field(ge=FINAL_EPOCH, le=2**31 - 1)]
+    full: bool
+    partitions: Annotated[list[SessionPartition], Field(max_length=MAX_SESSION_PARTITIONS)]
+    forgotten: Annotated[list[ForgottenPartition],
+                         Field(max_length=MAX_SESSION_PARTITIONS)] = []
+
+    @model_validator(mode="after")
+    def _possible(self):
+        problem = impossible_fetch_session(self)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+def routing_key(ev) -> str:
+    """A fetch_session event's routing key: its leader's view (cluster, leader)."""
+    return f"{ev.cluster}/broker-{ev.leader}"
+
+
 class Broker(_Event):
     """Broker lifecycle; cluster-wide, so it has no topic, partition or leader."""
 
@@ -154,7 +235,8 @@ class Broker(_Event):
 
 
 Event = Annotated[
-    Union[Fetch, FetchStart, Append, Leader, Isr, Broker], Field(discriminator="type")
+    Union[Fetch, FetchStart, Append, Leader, Isr, Broker, FetchSession],
+    Field(discriminator="type")
 ]
 
 EVENT_TYPES: dict[str, type[_Event]] = {
@@ -164,4 +246,5 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     "leader": Leader,
     "isr": Isr,
     "broker": Broker,
+    "fetch_session": FetchSession,
 }
