@@ -65,6 +65,7 @@ class SessionDriver:
     def __init__(self, engine) -> None:
         self.engine = engine
         self.sessions = Sessions()
+        self.exact_fetches = 0  # unlisted partitions' fetches applied (a statistic, not state)
 
     # ------------------------------------------------------------ one event
     def apply(self, ev) -> Optional[tuple[str, str]]:
@@ -223,6 +224,7 @@ class SessionDriver:
         link[1] = pos + 1
         if held is None:
             return
+        self.exact_fetches += 1
         fetch = expanded_fetch(m.cluster, session, m.topic, m.partition, held[0], held[1], None,
                                m.leader_leo, session.entry(pos))
         result = engine._apply_to_model(m, fetch, engine._brokers_of(m.cluster), False)
