@@ -96,7 +96,7 @@ class SessionDriver:
             if problem is not None and first_problem is None:
                 first_problem = problem
         if session is not None:
-            session.log.append(entry)
+            session.add(entry)
             end = session.end
             parts = self.engine.partitions
             for p in ev.partitions:
@@ -169,11 +169,14 @@ class SessionDriver:
         """Apply the session fetches `m` has not applied yet (exactly, see the
         module's docstring). `m.sessions[sid] = [replica, position]`."""
         by_sid = self.sessions.by_sid
+        for sid, link in m.sessions.items():
+            if link[1] < by_sid[sid].end:
+                break
+        else:
+            return  # nothing pending (the common case: a listed or busy partition)
         # [session, link, exact]: exact while the next fetch must be applied as is
         streams = [[by_sid[sid], link, True] for sid, link in m.sessions.items()
                    if link[1] < by_sid[sid].end]
-        if not streams:
-            return
         engine = self.engine
         brokers = engine._brokers_of(m.cluster)
         last_run = -1  # the last instant run: one found again is not run twice

@@ -48,7 +48,7 @@ class Session:
     position `base + i` (positions survive the log's truncation)."""
 
     __slots__ = ("sid", "cluster", "leader", "replica", "session_id", "epoch", "cached",
-                 "log", "base")
+                 "log", "base", "end")
 
     def __init__(self, sid: int, cluster: str, leader: int, replica: int, session_id: int,
                  epoch: int) -> None:
@@ -59,11 +59,11 @@ class Session:
         self.cached: dict[tuple[str, int], list[int]] = {}
         self.log: list[tuple[int, int, int, int]] = []
         self.base = 0
+        self.end = 0  # the position after the last fetch: base + len(log)
 
-    @property
-    def end(self) -> int:
-        """The position after the last fetch."""
-        return self.base + len(self.log)
+    def add(self, entry: tuple[int, int, int, int]) -> None:
+        self.log.append(entry)
+        self.end += 1
 
     def entry(self, pos: int) -> tuple[int, int, int, int]:
         return self.log[pos - self.base]
@@ -99,6 +99,7 @@ class Session:
         s.cached = {(t, p): [e, o] for t, p, e, o in cached}
         s.log = [tuple(e) for e in log]
         s.base = base
+        s.end = base + len(s.log)
         return s
 
 
