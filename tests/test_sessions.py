@@ -5,6 +5,7 @@ as Kafka's leader does."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
@@ -221,3 +222,18 @@ def test_sessions_and_their_pending_fetches_survive_a_restart():
     engine.finish()
     assert _shrinks(engine) == {}
     assert engine.session_driver.sessions.anomalies == {}
+
+
+def test_isr_replay_applies_session_events_and_reports_their_anomalies():
+    from helpers import cli
+    from isr.contract.fast import encode
+
+    events = _leaders(0, 1) + [session(0, 0, 0, {0: 0, 1: 0}), session(500, 7, 1, {}),
+                               session(1000, 8, 4, {1: 0})]  # 8: never opened
+    r = cli("replay", "-", "--policy", "kip16", "--set", "monitor.replica_lag_time_max_ms=10000",
+            stdin="\n".join(encode(e).decode() for e in events) + "\n")
+    assert r.returncode == 0, r.stderr
+    assert "5 events read, 5 accepted" in r.stderr
+    assert "fetch session anomalies: unknown_session 1" in r.stderr
+    states = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [f["last_fetch_ts"] - T0 for s in states for f in s["followers"]] == [500, 1000]
