@@ -65,6 +65,9 @@ def print_summary(result: ReplayResult, console: Console,
     line = f"{s.lines} events read, {s.accepted} accepted"
     if s.ignored:
         line += ", ignored: " + ", ".join(f"{k} {v}" for k, v in sorted(s.ignored.items()))
+    if s.session_anomalies:  # requests whose fetch session the monitor did not know
+        line += ", fetch session anomalies: " + ", ".join(
+            f"{k} {v}" for k, v in sorted(s.session_anomalies.items()))
     if s.dead_letters:
         line += ", dead letters: " + ", ".join(
             f"{k} {v}" for k, v in sorted(s.dead_letters.items()))

@@ -91,3 +91,97 @@ JSON = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8),
                                                                       children, max_size=6),
     max_leaves=20)
+
+
+# Fetch sessions: four partitions led by brokers 1 and 2.
+SESSION_REPLICAS = {0: [1, 2, 3], 1: [1, 2, 3], 2: [2, 1, 3], 3: [1, 3, 4]}
+
+
+@st.composite
+def session_streams(draw, max_events: int = 50):
+    """A stream in which followers fetch through fetch sessions (KIP-227): full
+    and incremental requests listing some of their partitions, forgotten
+    partitions, sessions opened with id 0, and the anomalies a request log can
+    show (an unknown session id, a skipped epoch); among appends, per-partition
+    fetches, leader changes and broker events. Time steps reach past the lag
+    limit, so ISRs shrink and expand. Events in time order."""
+    n = draw(st.integers(1, max_events))
+    t = 0
+    lead = {0: 1, 1: 1, 2: 2, 3: 1}
+    epoch = {p: 1 for p in SESSION_REPLICAS}
+    leo = {p: 0 for p in SESSION_REPLICAS}
+    events = [dict(type="leader", ts=T0, topic="t", partition=p, leader=lead[p],
+                   leader_epoch=1, replicas=r, isr=r, leader_epoch_start_offset=0)
+              for p, r in SESSION_REPLICAS.items() if draw(st.booleans())]
+    sessions: dict[tuple, list] = {}  # (leader, replica) -> [id, next epoch, cached]
+    next_id = 100
+    parts = sorted(SESSION_REPLICAS)
+    for _ in range(n):
+        t += draw(st.sampled_from([0, 1, 100, 500, 500, 500, 2000, 7000, 16000, 31000]))
+        ts = T0 + t
+        kind = draw(st.sampled_from(["session"] * 8 + ["append"] * 4 +
+                                    ["fetch", "leader", "broker", "anomaly"]))
+        if kind == "append":
+            p = draw(st.sampled_from(parts))
+            leo[p] += draw(st.integers(0, 50))
+            events.append(dict(type="append", ts=ts, topic="t", partition=p, leader=lead[p],
+                               leader_epoch=epoch[p], leader_leo=leo[p]))
+        elif kind == "fetch":
+            p = draw(st.sampled_from(parts))
+            followers = [r for r in SESSION_REPLICAS[p] if r != lead[p]]
+            events.append(dict(type="fetch", ts=ts, topic="t", partition=p, leader=lead[p],
+                               leader_epoch=epoch[p], replica=draw(st.sampled_from(followers)),
+                               fetch_offset=draw(st.integers(0, leo[p])), leader_leo=leo[p]))
+        elif kind == "leader":
+            p = draw(st.sampled_from(parts))
+            epoch[p] += 1
+            lead[p] = draw(st.sampled_from(SESSION_REPLICAS[p]))
+            isr = [r for r in SESSION_REPLICAS[p] if r == lead[p] or draw(st.booleans())]
+            events.append(dict(type="leader", ts=ts, topic="t", partition=p, leader=lead[p],
+                               leader_epoch=epoch[p], replicas=SESSION_REPLICAS[p], isr=isr,
+                               leader_epoch_start_offset=leo[p]))
+        elif kind == "broker":
+            events.append(dict(type="broker", ts=ts, broker=draw(st.sampled_from(BROKERS)),
+                               broker_epoch=draw(st.sampled_from([5, 6])),
+                               state=draw(st.sampled_from(["registered", "fenced", "unfenced"]))))
+        else:
+            leader = draw(st.sampled_from([1, 2]))
+            replica = draw(st.sampled_from([r for r in (1, 2, 3, 4) if r != leader]))
+            pair = (leader, replica)
+            held = sessions.get(pair)
+            listed = draw(st.lists(st.sampled_from(parts), unique=True, max_size=3))
+            forgotten: list[int] = []
+            if kind == "anomaly" and held is not None:
+                sid, ep = draw(st.sampled_from([(held[0] + 1000, held[1]), (held[0], held[1] + 2)]))
+                full = False
+                held[2] = set(listed)  # a new session starts from what it lists
+            elif held is None or draw(st.integers(0, 9)) == 0:
+                sid, ep, full = draw(st.sampled_from([0, next_id])), 0, True
+                sessions[pair] = held = [next_id, 1, set(listed)]
+                next_id += 1
+            else:
+                sid, ep, full = held[0], held[1], False
+                forgotten = draw(st.lists(st.sampled_from(sorted(held[2] - set(listed)) or [9]),
+                                          unique=True, max_size=2))
+                held[2] = (held[2] | set(listed)) - set(forgotten)
+            held[1] = ep + 1 if held is not None else 1
+            events.append(dict(
+                type="fetch_session", ts=ts, leader=leader, replica=replica,
+                received_ts=ts - draw(st.sampled_from([0, 0, 10, 3000])),
+                broker_epoch=draw(st.sampled_from([None, 5, 5, 6])),
+                session_id=sid, session_epoch=ep, full=full,
+                forgotten=[dict(topic="t", partition=p) for p in forgotten],
+                partitions=[dict(topic="t", partition=p,
+                                 leader_epoch=draw(st.sampled_from([epoch[p], epoch[p],
+                                                                    max(0, epoch[p] - 1)])),
+                                 fetch_offset=draw(st.sampled_from([leo[p], leo[p],
+                                                                    max(0, leo[p] - 5)])),
+                                 leader_leo=draw(st.sampled_from([None, leo[p]])))
+                            for p in listed]))
+    parsed = []
+    for e in events:
+        e["v"] = 1
+        ev = validate(e)
+        assert not isinstance(ev, Rejection), (ev.reason, e)
+        parsed.append(ev)
+    return parsed

@@ -62,7 +62,8 @@ def test_valid_fetch_defaults():
 def test_schema_lists_every_record_type():
     out = cli("schema")
     schemas = json.loads(out.stdout)
-    assert set(schemas["input"]) == {"fetch", "fetch_start", "append", "leader", "isr", "broker"}
+    assert set(schemas["input"]) == {"fetch", "fetch_start", "append", "leader", "isr", "broker",
+                                     "fetch_session"}
     assert {"isr_change", "partition_state", "isr_propagation", "alert", "dead_letter"} <= set(
         schemas["output"])
     one = json.loads(cli("schema", "--type", "fetch").stdout)
@@ -240,3 +241,38 @@ def test_each_event_type_states_its_scope_and_routing_key_once():
     assert SCOPE["fetch"] == PARTITION and SCOPE["broker"] == BROKER
     assert routing_key({"type": "fetch", "topic": "orders", "partition": 3}) == b"orders/3"
     assert routing_key({"type": "broker", "broker": 2}) == b"broker/2"
+    assert routing_key({"type": "fetch_session", "leader": 1}) == b"leader/1"
+
+
+# ---------------------------------------------------------------- fetch_session
+SESSION = {"v": 1, "type": "fetch_session", "ts": 1000, "received_ts": 990, "leader": 1,
+           "replica": 2, "broker_epoch": 5, "session_id": 7, "session_epoch": 3, "full": False,
+           "partitions": [{"topic": "t", "partition": 0, "leader_epoch": 2, "fetch_offset": 10,
+                           "leader_leo": 12}],
+           "forgotten": [{"topic": "t", "partition": 4}]}
+
+
+def test_a_fetch_session_event_decodes_and_round_trips():
+    ev = decode(orjson.dumps(SESSION))
+    assert not isinstance(ev, Rejection), ev.reason
+    assert (ev.session_id, ev.session_epoch, ev.fetch_ts) == (7, 3, 990)
+    assert ev.partitions[0].fetch_offset == 10 and ev.forgotten[0].partition == 4
+    assert decode(encode(ev)) == ev
+    one = json.loads(cli("schema", "--type", "fetch_session").stdout)
+    assert {"session_id", "session_epoch", "full", "partitions"} <= set(one["required"])
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"full": True}, "full is true but session_epoch 3 makes the request incremental"),
+    ({"session_epoch": 0}, "full is false but session_epoch 0 makes the request full"),
+    ({"replica": 1}, "replica 1 is the leader itself"),
+    ({"received_ts": 2000}, "received_ts 2000 is after ts 1000"),
+    ({"forgotten": [{"topic": "t", "partition": 0}]}, "t-0 is both listed and forgotten"),
+    ({"partitions": [SESSION["partitions"][0]] * 2}, "partition t-0 is listed twice"),
+    ({"session_epoch": -2}, "session_epoch"),
+    ({"partitions": [{"topic": "t", "partition": 0, "fetch_offset": 1}]}, "leader_epoch"),
+])
+def test_a_malformed_fetch_session_is_a_dead_letter_with_its_reason(change, reason):
+    result = decode(orjson.dumps({**SESSION, **change}))
+    assert isinstance(result, Rejection)
+    assert reason in result.reason and result.reason.startswith("fetch_session")

@@ -290,3 +290,14 @@ def test_touched_partitions_are_those_with_an_event_or_a_change():
     engine.advance_all(T0 + 60000, inclusive=False)  # partition 0's followers never fetched
     assert touched.take_touched() == [("default", "orders", 0), ("default", "orders", 1)]
     assert touched.take_touched() == []
+
+
+def test_a_fetch_session_is_a_dead_letter_in_the_spark_job_until_it_can_be_routed():
+    p = BucketProcessor(MONITOR)
+    bucket = p.restore(None)
+    session = (b'{"v":1,"type":"fetch_session","ts":1800000000100,"leader":1,"replica":2,'
+               b'"session_id":7,"session_epoch":0,"full":true,"partitions":[]}')
+    out = process(p, bucket, [pack([leader(0), session], buckets=1)])
+    (dead,) = of_kind(out, "dead_letter")
+    assert (dead["reason_class"], dead["offset"]) == ("unsupported", 1)
+    assert "isr replay" in dead["reason"]

@@ -116,6 +116,12 @@ class AlertEvaluator:
         next event."""
         w.last_event_ts = ts
         w.leader_leo = -1
+        # The HW as it stands, as after_event notes it: an ISR change coming
+        # next reads the HW before it from here (AtChange), never the -1 of a
+        # watch that has not seen one (it read as "hw -1 stalled since 1970").
+        hw, stall = model.hw, w.stall
+        if hw != stall.hw or (model.leader_leo > hw) != stall.behind:
+            stall.note(hw, model.leader_leo, ts)
         self._step(w, model, ts, out)
 
     def after_broker(self, w: Watch, model: PartitionView, ts: int, out: list) -> None:

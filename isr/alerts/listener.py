@@ -3,6 +3,8 @@ evaluated around every step of its model (evaluator.py says when)."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from isr.alerts.evaluator import AlertEvaluator
 from isr.alerts.watch import Watch
 from isr.config import AlertSettings
@@ -49,6 +51,21 @@ class AlertListener(Listener):
         # A broker leaving can leave the partition leaderless with no ISR
         # change (the model's controller_removal).
         self.evaluator.after_broker(model.watch or self._watch(model), model, event.ts, out)
+
+    # Fetch sessions: a partition with an alert pending or firing hears every
+    # fetch; otherwise the fetches that only move a follower's times are
+    # quiet (evaluator._quiet_fetch) except at its due instants.
+    def next_due(self, model) -> Optional[int]:
+        return self.evaluator.due_by(model.watch or self._watch(model), 2**63)
+
+    def skips_quiet_fetches(self, model) -> bool:
+        return not (model.watch or self._watch(model)).alerts
+
+    def quiet_serve_ms(self) -> Optional[int]:
+        cfg = self.evaluator.cfg
+        topics = [None, *cfg.topics]
+        return min(cfg.rule("SlowLeaderFetch", t or "").follower_fetch_process_time_max_ms
+                   for t in topics)
 
     def to_state(self) -> list:
         return [w.to_list() for _key, w in sorted(self.watches.items())]

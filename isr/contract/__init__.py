@@ -17,6 +17,7 @@ from isr.contract.events import (
     Broker,
     Event,
     Fetch,
+    FetchSession,
     FetchStart,
     Isr,
     Leader,
@@ -33,6 +34,6 @@ def json_schemas() -> dict[str, dict]:
 
 __all__ = [
     "Alert", "Append", "Broker", "DeadLetter", "DECISION_TYPES", "EVENT_TYPES", "Event",
-    "Fetch", "FetchStart", "FollowerView", "Isr", "IsrChange", "IsrPropagation", "Leader",
+    "Fetch", "FetchSession", "FetchStart", "FollowerView", "Isr", "IsrChange", "IsrPropagation", "Leader",
     "PartitionState", "Rejection", "ReplicaDetail", "decode", "json_schemas", "validate",
 ]

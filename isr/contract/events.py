@@ -29,8 +29,11 @@ MAX_REPLICAS = 1024
 
 # An event's scope, stated once per type (its class): a partition's event
 # reaches that partition's models and is keyed `<topic>/<partition>`; a
-# broker's reaches every partition of its cluster and is keyed `broker/<id>`.
-PARTITION, BROKER = "partition", "broker"
+# broker's reaches every partition of its cluster and is keyed `broker/<id>`;
+# a fetch session's reaches the partitions its leader holds in that session
+# (the leader's view, as Kafka keeps sessions per leader) and is keyed
+# `leader/<id>`.
+PARTITION, BROKER, LEADER = "partition", "broker", "leader"
 BrokerId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 # Kafka sends -1 for "no broker epoch" (ZooKeeper mode, Fetch < v15).
 BrokerEpoch = Annotated[int, Field(ge=-1, le=MAX_LONG)]
@@ -151,6 +154,84 @@ class Isr(_PartitionEvent):
     partition_epoch: Optional[NonNegInt] = None
 
 
+# A fetch session's epochs (Kafka's FetchMetadata): 0 opens a new session
+# with a full request, -1 (FINAL_EPOCH) is a sessionless full request, and
+# 1, 2, ... number the incremental requests of one session.
+INITIAL_EPOCH, FINAL_EPOCH = 0, -1
+MAX_SESSION_PARTITIONS = 200_000
+
+
+def impossible_fetch_session(ev) -> Optional[str]:
+    problem = impossible_follower_event(ev)
+    if problem:
+        return problem
+    full = ev.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH)
+    if ev.full != full:
+        return (f"full is {str(ev.full).lower()} but session_epoch {ev.session_epoch} makes the "
+                f"request {'full' if full else 'incremental'} (Kafka's FetchMetadata.isFull)")
+    if ev.full and ev.forgotten:
+        return "a full request forgets no partitions (forgotten must be empty)"
+    seen = set()
+    for p in ev.partitions:
+        key = (p.topic, p.partition)
+        if key in seen:
+            return f"partition {p.topic}-{p.partition} is listed twice"
+        seen.add(key)
+    for p in ev.forgotten:
+        if (p.topic, p.partition) in seen:
+            return f"partition {p.topic}-{p.partition} is both listed and forgotten"
+    return None
+
+
+class SessionPartition(BaseModel):
+    """One partition a session request listed: the follower's position in it."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+    topic: Name
+    partition: NonNegInt
+    leader_epoch: NonNegInt  # the request's current_leader_epoch
+    fetch_offset: NonNegInt
+    leader_leo: Optional[NonNegInt] = None  # where the tap knows it
+
+
+class ForgottenPartition(BaseModel):
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+    topic: Name
+    partition: NonNegInt
+
+
+class FetchSession(_Event):
+    """One follower FETCH request of a leader/follower fetch session (KIP-227).
+
+    Only the partitions the request listed are here; the leader evaluates every
+    partition of the session (docs/rules.md, "Fetch sessions"). Routing key:
+    `leader/<id>` (`routing_key`), the leader's view, as Kafka holds sessions
+    per leader."""
+
+    scope: ClassVar[str] = LEADER
+
+    type: Literal["fetch_session"]
+    leader: BrokerId
+    replica: BrokerId
+    received_ts: Optional[Timestamp] = None
+    broker_epoch: Optional[BrokerEpoch] = None
+    session_id: Annotated[int, Field(ge=0, le=2**31 - 1)]
+    session_epoch: Annotated[int, Field(ge=FINAL_EPOCH, le=2**31 - 1)]
+    full: bool
+    partitions: Annotated[list[SessionPartition], Field(max_length=MAX_SESSION_PARTITIONS)]
+    forgotten: Annotated[list[ForgottenPartition],
+                         Field(max_length=MAX_SESSION_PARTITIONS)] = []
+
+    @model_validator(mode="after")
+    def _possible(self):
+        problem = impossible_fetch_session(self)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
 class Broker(_Event):
     """Broker lifecycle; cluster-wide, so it has no topic, partition or leader."""
 
@@ -163,7 +244,8 @@ class Broker(_Event):
 
 
 Event = Annotated[
-    Union[Fetch, FetchStart, Append, Leader, Isr, Broker], Field(discriminator="type")
+    Union[Fetch, FetchStart, Append, Leader, Isr, Broker, FetchSession],
+    Field(discriminator="type")
 ]
 
 EVENT_TYPES: dict[str, type[_Event]] = {
@@ -173,6 +255,7 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     "leader": Leader,
     "isr": Isr,
     "broker": Broker,
+    "fetch_session": FetchSession,
 }
 
 SCOPE: dict[str, str] = {name: model.scope for name, model in EVENT_TYPES.items()}
@@ -181,6 +264,9 @@ SCOPE: dict[str, str] = {name: model.scope for name, model in EVENT_TYPES.items(
 def routing_key(event: dict) -> bytes:
     """The Kafka message key of an input event (docs/contract.md), so that a
     partition's events stay in order."""
-    if SCOPE.get(event["type"]) == BROKER:
+    scope = SCOPE.get(event["type"])
+    if scope == BROKER:
         return f"broker/{event['broker']}".encode()
+    if scope == LEADER:
+        return f"leader/{event['leader']}".encode()
     return f"{event['topic']}/{event['partition']}".encode()

@@ -16,12 +16,15 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types as at
 import msgspec
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from isr.contract.events import (
     EVENT_TYPES,
     _FollowerEvent,
+    FetchSession,
     Leader,
+    impossible_fetch_session,
     impossible_follower_event,
     inconsistent_assignment,
 )
@@ -56,10 +59,28 @@ def _translate(annotation: Any, metadata: list = ()) -> Any:
         translated = list[_translate(item)]
     elif origin is Literal or annotation in (int, str, bool, type(None)):
         translated = annotation
+    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        translated = _nested(annotation)  # a list item (a session's partitions)
     else:
         raise TypeError(f"the fast decoder has no translation for {annotation!r}")
     kw = _meta(metadata)
     return Annotated[translated, msgspec.Meta(**kw)] if kw else translated
+
+
+_NESTED: dict[type, type] = {}
+
+
+def _nested(model) -> type:
+    """A nested model (no tag, no checks of its own) as a struct."""
+    struct = _NESTED.get(model)
+    if struct is None:
+        fields = [(name, _translate(info.annotation, info.metadata),
+                   msgspec.NODEFAULT if info.is_required() else info.default)
+                  for name, info in model.model_fields.items()]
+        struct = _NESTED[model] = msgspec.defstruct(
+            model.__name__, fields, kw_only=True, frozen=True, gc=False, module=__name__,
+            forbid_unknown_fields=False)
+    return struct
 
 
 def _checked(check):
@@ -86,6 +107,8 @@ def _struct(kind: str, model) -> type:
     namespace: dict[str, Any] = {"type": kind}  # a class attribute, as the pydantic field
     if issubclass(model, _FollowerEvent):
         namespace["__post_init__"] = _checked(impossible_follower_event)
+    if issubclass(model, FetchSession):
+        namespace["__post_init__"] = _checked(impossible_fetch_session)
     if issubclass(model, Leader):
         namespace["__post_init__"] = _checked(inconsistent_assignment)
     if "received_ts" in model.model_fields:

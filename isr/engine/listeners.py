@@ -37,6 +37,24 @@ class Listener:
     def on_time(self, until: int, inclusive: bool, out: list) -> None:
         """Every partition has reached `until`."""
 
+    # Fetch sessions (isr/engine/sessions.py) skip the fetches of a session
+    # that change nothing but a follower's times. A listener says here when
+    # that would hide something from it.
+    def next_due(self, model) -> Optional[int]:
+        """The next instant at which this listener acts on `model` with no new
+        input (None: none). Override it with skips_quiet_fetches."""
+        return None
+
+    def skips_quiet_fetches(self, model) -> bool:
+        """Whether this listener may miss `model`'s fetches that move only a
+        follower's times. By default only if it does not hear events at all."""
+        kind = type(self)
+        return kind.on_event is Listener.on_event and kind.on_advance is Listener.on_advance
+
+    def quiet_serve_ms(self) -> Optional[int]:
+        """A fetch taking longer than this to serve is never skipped (None: any may be)."""
+        return None
+
     def to_state(self) -> Any:
         return None
 

@@ -16,9 +16,10 @@ from typing import Any, Callable, Iterable, Optional
 from isr.config import MonitorSettings
 from isr.contract.decode import Rejection, decode_many
 from isr.contract.decisions import PartitionState
-from isr.contract.events import BROKER, SCOPE
+from isr.contract.events import BROKER, LEADER, SCOPE
 from isr.engine.listeners import Listener, hooks
 from isr.engine.sequencer import Sequencer
+from isr.engine.sessions import SessionDriver
 from isr.model.brokers import Brokers
 from isr.model.partition import PartitionModel
 from isr.model.rules import Rules
@@ -75,6 +76,13 @@ class LocalEngine:
         self._on_event = hooks(self.listeners, "on_event")
         self._on_broker_hooks = hooks(self.listeners, "on_broker")
         self._on_time = hooks(self.listeners, "on_time")
+        # Fetch sessions (sessions.py): what a listener needs of the fetches
+        # catching up may skip.
+        self._next_due = hooks(self.listeners, "next_due")
+        self._skips = [l.skips_quiet_fetches for l in self.listeners]
+        serve = [l.quiet_serve_ms() for l in self.listeners]
+        self.quiet_serve_ms = min((b for b in serve if b is not None), default=None)
+        self.session_driver = SessionDriver(self)
 
     def listener(self, kind: type) -> Optional[Listener]:
         return next((l for l in self.listeners if isinstance(l, kind)), None)
@@ -151,32 +159,23 @@ class LocalEngine:
         ts = event.ts
         if ts > self.max_ts:
             self.max_ts = ts
-        if SCOPE[event.type] == BROKER:
+        scope = SCOPE[event.type]
+        if scope == BROKER:
             self._on_broker(event)
             return APPLIED
+        if scope == LEADER:
+            result = self.session_driver.apply(event)
+            return APPLIED if result is None else Outcome(result[0], result[1])
         outcome = APPLIED
         key = (event.cluster, event.topic, event.partition)
         brokers = self.brokers.get(event.cluster) or self._brokers_of(event.cluster)
-        scratch, out, on_event = self._scratch, self.decisions, self._on_event
-        on_advance = self._on_advance
         first = True
         for policy, parts in self.partitions.items():
             model = parts.get(key)
             if model is None:
                 model = parts[key] = PartitionModel.first_seen(
                     self.rules[policy], event, self.monitor.min_isr_for(event.topic))
-            # _advance(model, ts, False) inline: this runs for every event and policy.
-            if ts > model.next_check:  # else no check instant lies before ts
-                model.advance(ts, False, brokers, scratch)
-                if scratch:
-                    self._dispatch(model)
-            for hook in on_advance:
-                hook(model, ts, False, out)
-            result = model.apply(event, brokers, scratch)
-            if scratch:
-                self._dispatch(model)
-            for hook in on_event:
-                hook(model, event, result, out)
+            result = self._apply_to_model(model, event, brokers)
             if first and result is not None:
                 outcome = Outcome(result[0], result[1])
                 if result[0] == "ignored":
@@ -184,9 +183,36 @@ class LocalEngine:
             first = False
         return outcome
 
+    def _apply_to_model(self, model: PartitionModel, event, brokers: Brokers,
+                        catch_up: bool = True):
+        """One partition event to one policy's model, its listeners told (its
+        sessions' fetches first, unless this is one of them)."""
+        if catch_up and model.sessions:
+            self.session_driver.catch_up(model)
+        ts, scratch, out = event.ts, self._scratch, self.decisions
+        # _advance(model, ts, False) inline: this runs for every event and policy.
+        if ts > model.next_check:  # else no check instant lies before ts
+            model.advance(ts, False, brokers, scratch)
+            if scratch:
+                self._dispatch(model)
+        for hook in self._on_advance:
+            hook(model, ts, False, out)
+        result = model.apply(event, brokers, scratch)
+        if scratch:
+            self._dispatch(model)
+        for hook in self._on_event:
+            hook(model, event, result, out)
+        return result
+
     def _advance(self, model: PartitionModel, until: int, inclusive: bool,
                  brokers: Brokers) -> None:
         """A partition's checks up to `until`, then its listeners' time."""
+        if model.sessions:
+            self.session_driver.catch_up(model)
+        self._advance_model(model, until, inclusive, brokers)
+
+    def _advance_model(self, model: PartitionModel, until: int, inclusive: bool,
+                       brokers: Brokers) -> None:
         model.advance(until, inclusive, brokers, self._scratch)
         if self._scratch:
             self._dispatch(model)
@@ -202,6 +228,19 @@ class LocalEngine:
             for hook in on_change:
                 hook(model, change, out)
         self._scratch.clear()
+
+    def next_instant(self, model: PartitionModel) -> Optional[int]:
+        """The next instant at which a check or a listener may act on `model`
+        by itself (no input), or None (fetch sessions' catching up)."""
+        best = model._next_shrink_at() if model.leader >= 0 else None
+        for hook in self._next_due:
+            t = hook(model)
+            if t is not None and (best is None or t < best):
+                best = t
+        return best
+
+    def skips_quiet_fetches(self, model: PartitionModel) -> bool:
+        return all(skips(model) for skips in self._skips)
 
     def _brokers_of(self, cluster: str) -> Brokers:
         brokers = self.brokers.get(cluster)
@@ -237,8 +276,16 @@ class LocalEngine:
             hook(until, inclusive, out)
 
     # ------------------------------------------------------------ views
+    def catch_up_all(self) -> None:
+        """Every partition up to date with its sessions' fetches (views, summaries)."""
+        for parts in self.partitions.values():
+            for m in parts.values():
+                if m.sessions:
+                    self.session_driver.catch_up(m)
+
     def models(self) -> Iterable[PartitionModel]:
         """Every partition's model, by policy then partition key."""
+        self.catch_up_all()
         for policy in self.policies:
             parts = self.partitions[policy]
             for key in sorted(parts):

@@ -59,6 +59,7 @@ def snapshot(engine: LocalEngine, with_queue: bool = True) -> bytes:
         "max_ts": engine.max_ts,
         "ignored": dict(engine.ignored),
         "listeners": {l.name: l.to_state() for l in engine.listeners if l.name},
+        "sessions": engine.session_driver.to_list(),
     })
 
 
@@ -102,6 +103,8 @@ def restore(monitor: MonitorSettings, blob: bytes,
         engine.sequencer.queued.extend(queued)
     engine.max_ts = data["max_ts"]
     engine.ignored = Counter(data["ignored"])
+    if "sessions" in data:  # absent from states written before fetch sessions
+        engine.session_driver.from_list(data["sessions"])
     states = data["listeners"]
     for listener in engine.listeners:
         if listener.name in states:

@@ -52,7 +52,7 @@ class PartitionModel:
         "min_isr_default", "min_isr_override", "min_isr", "bootstrap",
         "next_check", "ts", "seq",
         "under_min_since", "under_min_ms",
-        "watch",
+        "watch", "sessions",
     )
 
     def __init__(self, rules: Rules, cluster: str, topic: str, partition: int,
@@ -83,6 +83,10 @@ class PartitionModel:
         # here so their listener finds it without a lookup on every event. The
         # model never reads it and its state (to_list) leaves it out.
         self.watch = None
+        # The fetch sessions caching this partition, by session serial:
+        # [replica, position of the first session fetch not applied here]
+        # (isr/engine/sessions.py).
+        self.sessions: dict[int, list[int]] = {}
 
     # ------------------------------------------------------------ creation
     @classmethod
@@ -424,17 +428,21 @@ class PartitionModel:
                 "seq", "under_min_since", "under_min_ms")
 
     def to_list(self) -> list:
-        """Compact, JSON-able form; `from_list` restores it exactly."""
-        return [
+        """Compact, JSON-able form; `from_list` restores it exactly. The
+        sessions' positions, when there are any, come last."""
+        values = [
             STATE_VERSION, self.cluster, self.topic, self.partition,
             [getattr(self, name) for name in self._SCALARS],
             self.replicas, self.isr,
             [[r, *f.to_list()] for r, f in self.followers.items()],
         ]
+        if self.sessions:
+            values.append([[sid, *link] for sid, link in self.sessions.items()])
+        return values
 
     @classmethod
     def from_list(cls, rules: Rules, values: list) -> "PartitionModel":
-        version, cluster, topic, partition, scalars, replicas, isr, followers = values
+        version, cluster, topic, partition, scalars, replicas, isr, followers = values[:8]
         if version != STATE_VERSION:
             raise ValueError(f"partition state version {version} is not {STATE_VERSION}")
         m = cls(rules, cluster, topic, partition)
@@ -443,6 +451,8 @@ class PartitionModel:
         m.replicas = list(replicas)
         m.isr = list(isr)
         m.followers = {row[0]: Follower.from_list(row[1:]) for row in followers}
+        if len(values) > 8:
+            m.sessions = {sid: [replica, pos] for sid, replica, pos in values[8]}
         m._refresh_min_isr()
         return m
 

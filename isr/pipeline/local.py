@@ -40,6 +40,8 @@ class ReplayStats:
     accepted: int = 0
     dead_letters: Counter = field(default_factory=Counter)
     ignored: Counter = field(default_factory=Counter)
+    # fetch_session requests taken as a new session (isr/model/session.py)
+    session_anomalies: Counter = field(default_factory=Counter)
 
 
 @dataclass
@@ -167,6 +169,7 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
     engine.finish()
     decisions = engine.take_decisions()
     stats.ignored = engine.ignored
+    stats.session_anomalies = engine.session_driver.sessions.anomalies
     dead.sort(key=lambda d: (d.source, d.offset))  # as every engine reports them
     result = ReplayResult(sorted(decisions, key=output_order), engine.states(), dead, stats,
                           summary(engine, decisions))

@@ -38,6 +38,9 @@ END_OF_INPUT = b"\x00isr:end-of-input"
 # Not an end of input: the events still queued for the watermark stay queued.
 END_OF_RUN = b"\x00isr:end-of-run"
 
+SESSION_UNSUPPORTED = ("fetch_session events are not applied by the Spark job yet (isr replay "
+                       "applies them); send per-partition fetch events to `isr run`")
+
 
 def is_end_of_input(value, partition: int) -> bool:
     return partition < 0 and value == END_OF_INPUT
@@ -140,6 +143,10 @@ class Packer:
             elif isinstance(event, Rejection) or clock_ms is not None:
                 event, reason, reason_class = self._judge(event, clock_ms)
             # else: a valid event, and no clock to judge it against
+            if event is not None and event.type == "fetch_session":
+                # Its partitions span buckets: the stream waits for the state
+                # keyed by leader (issue 23); isr replay applies it.
+                event, reason, reason_class = None, SESSION_UNSUPPORTED, "unsupported"
             if event is None:
                 home = stable_hash(f"{source}@{offset}") % n
                 rows[home].append((None, seq, value, source, where, reason, reason_class,

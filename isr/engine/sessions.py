@@ -1,0 +1,250 @@
+"""Session-shaped fetches (`fetch_session`), exact and lazy (docs/rules.md,
+"Fetch sessions").
+
+A session fetch is, by definition, one per-partition `fetch` for every
+partition the session caches: the listed ones at the offsets they list, the
+others at the offset the session holds, all at the session's time. The
+partitions it lists are applied at once. The others are only *logged*: each
+partition model keeps, per session it belongs to, the position of the first
+session fetch it has not applied (`PartitionModel.sessions`), and catches up
+(`catch_up`) only when something needs its state: one of its own events, a
+check or an alert instant (`LocalEngine._advance`), a broker event, a view.
+
+Catching up is exact without applying every pending fetch. Between two
+moments at which something else touches the partition, its leader LEO, HW,
+ISR, leader and broker states stand still, and the pending fetches of one
+follower all carry the same offset. Applied one after the other, the first
+of them moves the follower (its LEO, `lastFetchLeaderLogEndOffset`, an ISR
+expansion), and each later one only moves its `lastFetchTimeMs` and, where the
+policy credits it, its `lastCaughtUpTimeMs` (rules.caught_up_ts_after_fetch):
+the state after fetch j is the state after the first one and then fetch j.
+So the first pending fetch is applied, then only the last one before each
+instant at which a check or an alert could act (`_next_instant`), or before
+another follower's exact fetch. Later fetches only postpone those instants
+(they raise the follower's times), so a candidate instant found with the
+follower behind is never too late: the follower is moved up to it and the
+instant computed again. An ISR change, an ignored fetch or a listener that
+wants every fetch (an alert pending or firing) makes the next fetch exact
+again. A fetch that changes the broker epoch, or took long to serve, brings
+every partition of its session up to date first, so it is applied exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from isr.contract.fast import STRUCTS
+from isr.model.session import FINAL_EPOCH, Session, Sessions, next_epoch
+
+_FETCH = STRUCTS["fetch"]
+REJECTED_IN_SESSION = "session_partition_rejected"
+INF = 2**63
+
+
+def expanded_fetch(cluster: str, session: Session, topic: str, partition: int,
+                   leader_epoch: int, fetch_offset: int, leader_leo: Optional[int],
+                   model_leo: int, entry: tuple):
+    """The per-partition fetch a session fetch means for one partition. The
+    leader's LEO, when the request does not say, is the leader's own at that
+    moment: at least the offset the follower fetched from (a leader answers
+    a fetch beyond its LEO with OFFSET_OUT_OF_RANGE)."""
+    ts, fetch_ts, broker_epoch, _order = entry
+    if leader_leo is None:
+        leader_leo = model_leo if model_leo > fetch_offset else fetch_offset
+    return _FETCH(v=1, cluster=cluster, ts=ts, topic=topic, partition=partition,
+                  leader=session.leader, leader_epoch=leader_epoch, replica=session.replica,
+                  fetch_offset=fetch_offset, leader_leo=leader_leo,
+                  received_ts=None if fetch_ts == ts else fetch_ts,
+                  broker_epoch=None if broker_epoch == -2 else broker_epoch)
+
+
+class SessionDriver:
+    """The engine's side of fetch sessions: the Sessions bookkeeping and the
+    catching up of partition models."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.sessions = Sessions()
+        self.exact_fetches = 0  # unlisted partitions' fetches applied (a statistic, not state)
+
+    # ------------------------------------------------------------ one event
+    def apply(self, ev) -> Optional[tuple[str, str]]:
+        """Apply a fetch_session event: its listed partitions now, the others lazily."""
+        S = self.sessions
+        S.order += 1
+        entry = (ev.ts, ev.fetch_ts, -2 if ev.broker_epoch is None else ev.broker_epoch, S.order)
+        session, replaced, anomaly = S.resolve(ev)
+        if anomaly is not None:
+            S.anomalies[anomaly] += 1
+        if replaced is not None:
+            self.close(replaced)
+        if ev.session_epoch == FINAL_EPOCH:
+            session = None  # sessionless: it fetches what it lists, nothing is kept
+        elif session is None:
+            session = S.open(ev.cluster, ev.leader, ev.replica, ev.session_id)
+            session.epoch = next_epoch(ev.session_epoch)
+        else:
+            S.bind(session, ev.session_id)
+            session.epoch = next_epoch(ev.session_epoch)
+            for p in ev.forgotten:
+                self._forget(session, (p.topic, p.partition))
+            if session.log and self._is_hard(session, entry):
+                self.catch_up_session(session)
+        first_problem = None
+        for p in ev.partitions:
+            problem = self._apply_listed(ev, session, p, entry)
+            if problem is not None and first_problem is None:
+                first_problem = problem
+        if session is not None:
+            session.add(entry)
+            end = session.end
+            parts = self.engine.partitions
+            for p in ev.partitions:
+                key = (ev.cluster, p.topic, p.partition)
+                for models in parts.values():
+                    models[key].sessions[session.sid] = [session.replica, end]
+            if len(session.log) > 2 * len(session.cached) + 64:
+                self.catch_up_session(session)
+                session.truncate()
+        return first_problem
+
+    def _apply_listed(self, ev, session: Optional[Session], p, entry: tuple):
+        key = (ev.cluster, p.topic, p.partition)
+        engine = self.engine
+        first = engine.partitions[engine.policies[0]].get(key)
+        fetch = expanded_fetch(ev.cluster, session or _Sessionless(ev), p.topic, p.partition,
+                               p.leader_epoch, p.fetch_offset, p.leader_leo,
+                               -1 if first is None else first.leader_leo, entry)
+        outcome = engine.apply(fetch)  # the partition's pending fetches first, at the old offset
+        if session is not None:
+            session.cached[(p.topic, p.partition)] = [p.leader_epoch, p.fetch_offset]
+        if outcome.status == "rejected":
+            engine.ignored[REJECTED_IN_SESSION] += 1
+            return ("ignored", REJECTED_IN_SESSION)
+        return None
+
+    def _is_hard(self, session: Session, entry: tuple) -> bool:
+        """A fetch that must be applied exactly for every partition: another
+        broker epoch than the session's last fetch, or one a listener would
+        see as slow."""
+        if entry[2] != session.log[-1][2]:
+            return True
+        bound = self.engine.quiet_serve_ms
+        return bound is not None and entry[0] - entry[1] > bound
+
+    def _forget(self, session: Session, tp: tuple[str, int]) -> None:
+        """The follower forgets a partition: it applies its pending fetches first."""
+        if tp not in session.cached:
+            return
+        key = (session.cluster, *tp)
+        for models in self.engine.partitions.values():
+            m = models.get(key)
+            if m is not None and session.sid in m.sessions:
+                self.catch_up(m)
+                del m.sessions[session.sid]
+        del session.cached[tp]
+
+    def close(self, session: Session) -> None:
+        """A session ends (replaced by a new full one): every partition applies
+        its fetches first."""
+        self.catch_up_session(session)
+        for tp in session.cached:
+            key = (session.cluster, *tp)
+            for models in self.engine.partitions.values():
+                m = models.get(key)
+                if m is not None:
+                    m.sessions.pop(session.sid, None)
+        self.sessions.close(session)
+
+    def catch_up_session(self, session: Session) -> None:
+        for tp in session.cached:
+            key = (session.cluster, *tp)
+            for models in self.engine.partitions.values():
+                m = models.get(key)
+                if m is not None and m.sessions:
+                    self.catch_up(m)
+
+    # ------------------------------------------------------------ catching up
+    def catch_up(self, m) -> None:
+        """Apply the session fetches `m` has not applied yet (exactly, see the
+        module's docstring). `m.sessions[sid] = [replica, position]`."""
+        by_sid = self.sessions.by_sid
+        for sid, link in m.sessions.items():
+            if link[1] < by_sid[sid].end:
+                break
+        else:
+            return  # nothing pending (the common case: a listed or busy partition)
+        # [session, link, exact]: exact while the next fetch must be applied as is
+        streams = [[by_sid[sid], link, True] for sid, link in m.sessions.items()
+                   if link[1] < by_sid[sid].end]
+        engine = self.engine
+        brokers = engine._brokers_of(m.cluster)
+        last_run = -1  # the last instant run: one found again is not run twice
+        while True:
+            live = [st for st in streams if st[1][1] < st[0].end]
+            if not live:
+                return
+            exact = [st for st in live if st[2]]
+            nxt = min(exact, key=lambda st: st[0].entry(st[1][1])[3]) if exact else None
+            if nxt is None:
+                t_next, o_next = INF, INF
+            else:
+                t_next, _f, _b, o_next = nxt[0].entry(nxt[1][1])
+            steady = [st for st in live if not st[2]]
+            instant = engine.next_instant(m)
+            if instant is not None and last_run < instant < t_next:
+                if self._jump(m, steady, instant, o_next):
+                    continue  # the followers moved: the instant may have too
+                seq, last_run = m.seq, instant
+                engine._advance_model(m, instant, True, brokers)
+                if m.seq != seq:  # an ISR change: every follower's next fetch is exact
+                    for st in live:
+                        st[2] = True
+                continue
+            self._jump(m, steady, t_next, o_next)
+            if nxt is None:
+                return
+            self._apply_entry(m, nxt, nxt[1][1])
+
+    def _jump(self, m, steady: list, ts: int, order: int) -> bool:
+        """Move each steady follower to its last pending fetch at or before
+        `ts` and before `order`; True if one moved."""
+        moved = False
+        for st in sorted(steady, key=lambda st: st[0].entry(st[1][1])[3]):
+            session, link = st[0], st[1]
+            j = session.last_at_or_before(link[1], session.end, ts, order)
+            if j >= link[1]:
+                self._apply_entry(m, st, j)
+                moved = True
+        return moved
+
+    def _apply_entry(self, m, st: list, pos: int) -> None:
+        """Apply the session fetch at `pos` to `m` (those before it, back to
+        the follower's position, are skipped: see the module's docstring)."""
+        session, link = st[0], st[1]
+        engine = self.engine
+        held = session.cached.get((m.topic, m.partition))
+        link[1] = pos + 1
+        if held is None:
+            return
+        self.exact_fetches += 1
+        fetch = expanded_fetch(m.cluster, session, m.topic, m.partition, held[0], held[1], None,
+                               m.leader_leo, session.entry(pos))
+        result = engine._apply_to_model(m, fetch, engine._brokers_of(m.cluster), False)
+        if m.rules.policy == engine.policies[0] and result is not None:
+            engine.ignored[result[1] if result[0] == "ignored" else REJECTED_IN_SESSION] += 1
+        st[2] = result is not None or not engine.skips_quiet_fetches(m)
+
+    # ------------------------------------------------------------ state
+    def to_list(self) -> list:
+        return self.sessions.to_list()
+
+    def from_list(self, values: list) -> None:
+        self.sessions = Sessions.from_list(values)
+
+
+class _Sessionless:
+    """What expanded_fetch reads of a session, for a FINAL_EPOCH request."""
+
+    def __init__(self, ev) -> None:
+        self.leader, self.replica = ev.leader, ev.replica

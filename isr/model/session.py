@@ -1,0 +1,184 @@
+"""A leader/follower fetch session as the leader holds it (KIP-227; docs/rules.md,
+"Fetch sessions"). Pure bookkeeping: which partitions the session caches at
+which fetch offset, and the times of its fetches. What a fetch does to each
+partition is the partition model's business (isr/engine/sessions.py drives it).
+
+Kafka's leader (core/src/main/scala/kafka/server/FetchSession.scala, trunk
+1eb7644349cb, `FetchManager.newContext`):
+- a full request (session epoch 0) opens a new session caching exactly the
+  partitions it lists; epoch -1 (FINAL_EPOCH) fetches them without a session;
+- an incremental request names its session id and the epoch the leader
+  expects; it may add partitions, update their fetch offsets and forget some
+  (`FetchSession.update`);
+- an unknown session id (FETCH_SESSION_ID_NOT_FOUND) or another epoch
+  (INVALID_FETCH_SESSION_EPOCH) is refused, and the follower then starts a new
+  full session (clients' FetchSessionHandler.handleError).
+- every fetch evaluates every cached partition (`IncrementalFetchContext.
+  foreachPartition`), listed or not.
+
+Seen from a request log those refusals mean the monitor missed a request (it
+started mid-session, or lost one): the request is taken as the start of a new
+session caching what it lists, and the anomaly is counted (`Sessions.anomalies`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Optional
+
+INITIAL_EPOCH, FINAL_EPOCH = 0, -1
+MAX_EPOCH = 2**31 - 1
+UNKNOWN_SESSION = "unknown_session"
+SKIPPED_EPOCH = "session_epoch_skipped"
+
+
+def next_epoch(epoch: int) -> int:
+    """Kafka's FetchMetadata.nextEpoch."""
+    if epoch < 0:
+        return FINAL_EPOCH
+    return 1 if epoch == MAX_EPOCH else epoch + 1
+
+
+class Session:
+    """One session: its cached partitions and the log of its fetches.
+
+    `cached[(topic, partition)] = [leader_epoch, fetch_offset]`. The log holds
+    one entry per fetch, `(ts, fetch_ts, broker_epoch, order)`, where `order`
+    is the engine's application order of session events; entry i has the
+    position `base + i` (positions survive the log's truncation)."""
+
+    __slots__ = ("sid", "cluster", "leader", "replica", "session_id", "epoch", "cached",
+                 "log", "base", "end")
+
+    def __init__(self, sid: int, cluster: str, leader: int, replica: int, session_id: int,
+                 epoch: int) -> None:
+        self.sid = sid
+        self.cluster, self.leader, self.replica = cluster, leader, replica
+        self.session_id = session_id
+        self.epoch = epoch  # the epoch the next incremental request must carry
+        self.cached: dict[tuple[str, int], list[int]] = {}
+        self.log: list[tuple[int, int, int, int]] = []
+        self.base = 0
+        self.end = 0  # the position after the last fetch: base + len(log)
+
+    def add(self, entry: tuple[int, int, int, int]) -> None:
+        self.log.append(entry)
+        self.end += 1
+
+    def entry(self, pos: int) -> tuple[int, int, int, int]:
+        return self.log[pos - self.base]
+
+    def last_at_or_before(self, pos: int, end: int, ts: int, order: int) -> int:
+        """The last position in [pos, end) with time <= ts and order < order,
+        or pos - 1 if none (entries are in order, so a binary search)."""
+        log, base = self.log, self.base
+        lo, hi = pos - base, end - base
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = log[mid]
+            if e[0] <= ts and e[3] < order:
+                lo = mid + 1
+            else:
+                hi = mid
+        return base + lo - 1
+
+    def truncate(self) -> None:
+        """Forget the fetches every cached partition has caught up with."""
+        self.base += len(self.log)
+        self.log = []
+
+    def to_list(self) -> list:
+        return [self.sid, self.cluster, self.leader, self.replica, self.session_id, self.epoch,
+                [[t, p, e, o] for (t, p), (e, o) in self.cached.items()],
+                [list(e) for e in self.log], self.base]
+
+    @classmethod
+    def from_list(cls, values: list) -> "Session":
+        sid, cluster, leader, replica, session_id, epoch, cached, log, base = values
+        s = cls(sid, cluster, leader, replica, session_id, epoch)
+        s.cached = {(t, p): [e, o] for t, p, e, o in cached}
+        s.log = [tuple(e) for e in log]
+        s.base = base
+        s.end = base + len(s.log)
+        return s
+
+
+class Sessions:
+    """Every session the monitor follows, and the anomalies it met."""
+
+    __slots__ = ("by_id", "by_sid", "unbound", "next_sid", "anomalies", "order")
+
+    def __init__(self) -> None:
+        # (cluster, leader, replica, session_id) -> Session
+        self.by_id: dict[tuple, Session] = {}
+        self.by_sid: dict[int, Session] = {}
+        # (cluster, leader, replica) -> the sid of a full session opened with
+        # session id 0 (the request log shows the request, whose id the
+        # response assigns): the next incremental request of epoch 1 with an
+        # unknown id is taken to be it.
+        self.unbound: dict[tuple, int] = {}
+        self.next_sid = 1
+        self.anomalies: Counter = Counter()
+        self.order = 0  # session events applied so far
+
+    def open(self, cluster: str, leader: int, replica: int, session_id: int) -> Session:
+        s = Session(self.next_sid, cluster, leader, replica, session_id, next_epoch(INITIAL_EPOCH))
+        self.next_sid += 1
+        self.by_id[(cluster, leader, replica, session_id)] = s
+        self.by_sid[s.sid] = s
+        if session_id == 0:
+            self.unbound[(cluster, leader, replica)] = s.sid
+        return s
+
+    def resolve(self, ev) -> tuple[Optional[Session], Optional[Session], Optional[str]]:
+        """For a session event: (the session it continues, or None for a new
+        one; the session it replaces and must be closed, or None; the anomaly,
+        or None). Changes nothing."""
+        key = (ev.cluster, ev.leader, ev.replica, ev.session_id)
+        current = self.by_id.get(key)
+        if ev.full:
+            return None, current, None
+        if current is None:
+            pair = (ev.cluster, ev.leader, ev.replica)
+            sid = self.unbound.get(pair)
+            pending = self.by_id.get((*pair, 0))
+            if sid is not None and pending is not None and pending.sid == sid \
+                    and ev.session_epoch == pending.epoch:
+                return pending, None, None  # the full session's id, now known
+            return None, None, UNKNOWN_SESSION
+        if ev.session_epoch != current.epoch:
+            return None, current, SKIPPED_EPOCH
+        return current, None, None
+
+    def bind(self, s: Session, session_id: int) -> None:
+        """A session opened with id 0 learns its id."""
+        if s.session_id == session_id:
+            return
+        del self.by_id[(s.cluster, s.leader, s.replica, s.session_id)]
+        self.unbound.pop((s.cluster, s.leader, s.replica), None)
+        s.session_id = session_id
+        self.by_id[(s.cluster, s.leader, s.replica, session_id)] = s
+
+    def close(self, s: Session) -> None:
+        self.by_id.pop((s.cluster, s.leader, s.replica, s.session_id), None)
+        self.by_sid.pop(s.sid, None)
+        pair = (s.cluster, s.leader, s.replica)
+        if self.unbound.get(pair) == s.sid:
+            del self.unbound[pair]
+
+    def to_list(self) -> list:
+        return [[s.to_list() for s in self.by_id.values()],
+                [[c, l, r, sid] for (c, l, r), sid in self.unbound.items()],
+                self.next_sid, dict(self.anomalies), self.order]
+
+    @classmethod
+    def from_list(cls, values: list) -> "Sessions":
+        rows, unbound, next_sid, anomalies, order = values
+        out = cls()
+        for row in rows:
+            s = Session.from_list(row)
+            out.by_id[(s.cluster, s.leader, s.replica, s.session_id)] = s
+            out.by_sid[s.sid] = s
+        out.unbound = {(c, l, r): sid for c, l, r, sid in unbound}
+        out.next_sid, out.anomalies, out.order = next_sid, Counter(anomalies), order
+        return out

@@ -1,0 +1,239 @@
+"""Fetch sessions (isr/engine/sessions.py): a `fetch_session` event decides
+exactly what its expansion into per-partition fetches decides, under every
+policy, whatever the batches and restarts; and session anomalies are handled
+as Kafka's leader does."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from helpers import T0
+from strategies import session_streams
+
+from isr.config import MonitorSettings
+from isr.contract import Rejection, validate
+from isr.contract.fast import STRUCTS
+from isr.contract.policies import POLICIES
+from isr.engine import snapshot
+from isr.engine.local import LocalEngine
+
+FETCH = STRUCTS["fetch"]
+
+
+def _monitor() -> MonitorSettings:
+    return MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000, propagation="zk")
+
+
+class Expanding:
+    """The reference: today's model fed with one per-partition fetch for every
+    partition of the session at every session fetch (KIP-227: the leader
+    evaluates each cached partition), written out plainly."""
+
+    def __init__(self, monitor: MonitorSettings) -> None:
+        self.engine = LocalEngine(monitor)
+        self.sessions: dict[tuple, dict] = {}  # (leader, replica, id) -> {"epoch", "cached"}
+        self.anomalies: Counter = Counter()
+
+    def apply(self, ev) -> None:
+        if ev.type != "fetch_session":
+            self.engine.apply(ev)
+            return
+        self.engine.max_ts = max(self.engine.max_ts, ev.ts)  # the stream's time, too
+        key = (ev.leader, ev.replica, ev.session_id)
+        s = self.sessions.get(key)
+        if ev.full:
+            self.sessions.pop(key, None)
+            s = None
+        elif s is None:
+            opened = self.sessions.get((ev.leader, ev.replica, 0))
+            if opened is not None and opened["epoch"] == ev.session_epoch:
+                s = self.sessions[key] = self.sessions.pop((ev.leader, ev.replica, 0))
+            else:
+                self.anomalies["unknown_session"] += 1
+        elif s["epoch"] != ev.session_epoch:
+            self.anomalies["session_epoch_skipped"] += 1
+            s = None
+        if s is None and ev.session_epoch != -1:
+            s = self.sessions[key] = {"epoch": 0, "cached": {}}
+        if s is not None:
+            s["epoch"] = ev.session_epoch + 1
+            for f in ev.forgotten:
+                s["cached"].pop((f.topic, f.partition), None)
+        listed = set()
+        for p in ev.partitions:
+            listed.add((p.topic, p.partition))
+            if s is not None:
+                s["cached"][(p.topic, p.partition)] = (p.leader_epoch, p.fetch_offset)
+            self._fetch(ev, p.topic, p.partition, p.leader_epoch, p.fetch_offset, p.leader_leo)
+        if s is not None:
+            for (topic, partition), (epoch, offset) in s["cached"].items():
+                if (topic, partition) not in listed:
+                    self._fetch(ev, topic, partition, epoch, offset, None)
+
+    def _fetch(self, ev, topic, partition, epoch, offset, leader_leo) -> None:
+        engine = self.engine
+        if leader_leo is None:
+            m = engine.partitions[engine.policies[0]].get((ev.cluster, topic, partition))
+            leader_leo = max(offset, -1 if m is None else m.leader_leo)
+        outcome = engine.apply(FETCH(
+            v=1, cluster=ev.cluster, ts=ev.ts, topic=topic, partition=partition,
+            leader=ev.leader, leader_epoch=epoch, replica=ev.replica, fetch_offset=offset,
+            leader_leo=leader_leo, received_ts=ev.received_ts, broker_epoch=ev.broker_epoch))
+        if outcome.status == "rejected":
+            engine.ignored["session_partition_rejected"] += 1
+
+
+def _outputs(engine: LocalEngine, decisions: list) -> tuple:
+    return (sorted(d.model_dump_json() for d in decisions),
+            [s.model_dump_json() for s in engine.states()],
+            {k: v for k, v in engine.ignored.items() if v})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(session_streams(), st.lists(st.integers(0, 50), max_size=4))
+def test_session_fetches_decide_as_their_expansion_across_batches_and_restarts(events, cuts):
+    monitor = _monitor()
+    ref = Expanding(monitor)
+    for ev in events:
+        ref.apply(ev)
+    ref.engine.finish()
+
+    engine = LocalEngine(monitor)
+    decisions: list = []
+    start = 0
+    for end in sorted({min(c, len(events)) for c in cuts}) + [len(events)]:
+        for seq in range(start, end):
+            engine.submit(events[seq], seq)
+        engine.advance_watermark()
+        decisions += engine.take_decisions()
+        blob = snapshot.snapshot(engine)
+        engine = snapshot.restore(monitor, blob)
+        assert snapshot.snapshot(engine) == blob  # sessions and positions round-trip
+        start = end
+    engine.finish()
+    decisions += engine.take_decisions()
+
+    assert _outputs(engine, decisions) == _outputs(ref.engine, ref.engine.decisions)
+    assert engine.session_driver.sessions.anomalies == ref.anomalies
+
+
+# ---------------------------------------------------------------- examples
+def session(t: int, session_id: int, epoch: int, parts: dict, replica: int = 2,
+            forgotten=(), **kw):
+    """A fetch_session at T0 + t from `replica` to leader 1; parts: {partition: offset}."""
+    ev = validate({"v": 1, "type": "fetch_session", "ts": T0 + t, "leader": 1,
+                   "replica": replica, "session_id": session_id, "session_epoch": epoch,
+                   "full": epoch in (0, -1),
+                   "partitions": [{"topic": "orders", "partition": p, "leader_epoch": 1,
+                                   "fetch_offset": o} for p, o in parts.items()],
+                   "forgotten": [{"topic": "orders", "partition": p} for p in forgotten], **kw})
+    assert not isinstance(ev, Rejection), ev.reason
+    return ev
+
+
+def _leaders(*partitions):
+    return [validate({"v": 1, "type": "leader", "ts": T0, "topic": "orders", "partition": p,
+                      "leader": 1, "leader_epoch": 1, "replicas": [1, 2],
+                      "isr": [1, 2], "leader_epoch_start_offset": 0}) for p in partitions]
+
+
+def _engine(events) -> LocalEngine:
+    # kip16: a follower at the leader's LEO stays in sync only by fetching
+    # (lastCaughtUpTime is the last fetch that reached it), checks every 10 s.
+    engine = LocalEngine(MonitorSettings(policy=["kip16"], replica_lag_time_max_ms=10000))
+    engine.apply_in_order(_leaders(0, 1) + events)
+    engine.finish()
+    return engine
+
+
+def _shrinks(engine) -> dict[int, int]:
+    return {d.partition: d.ts - T0 for d in engine.decisions
+            if getattr(d, "action", None) == "shrink"}
+
+
+def test_a_partition_the_requests_stop_listing_is_still_fetched_by_its_session():
+    # Full request for 0 and 1, then incremental ones listing nothing: the
+    # leader evaluates both at every fetch (KIP-227), so neither falls behind.
+    events = [session(0, 0, 0, {0: 0, 1: 0})]
+    events += [session(t, 7, e, {}) for e, t in enumerate(range(500, 60000, 500), start=1)]
+    engine = _engine(events)
+    assert _shrinks(engine) == {}
+    assert engine.session_driver.sessions.anomalies == {}
+    (state,) = [s for s in engine.states() if s.partition == 1]
+    assert state.followers[0].last_fetch_ts == T0 + 59500  # the last session fetch
+    # ... without applying each of the 119 fetches to each partition
+    assert engine.session_driver.exact_fetches < 30
+
+
+def test_a_forgotten_partition_is_no_longer_fetched_and_shrinks():
+    events = [session(0, 7, 0, {0: 0, 1: 0}), session(500, 7, 1, {}, forgotten=[1])]
+    events += [session(t, 7, e, {}) for e, t in enumerate(range(1000, 60000, 500), start=2)]
+    assert _shrinks(_engine(events)) == {1: 20000}  # last fetched at 0
+
+
+def test_an_unknown_session_starts_a_new_one_with_what_it_lists_and_is_counted():
+    # The monitor missed the full request: the incremental one of session 9
+    # is taken as a new session caching partition 0 only (Kafka's leader
+    # answers FETCH_SESSION_ID_NOT_FOUND and the follower opens a new one).
+    events = [session(0, 9, 5, {0: 0})]
+    events += [session(t, 9, e, {}) for e, t in enumerate(range(500, 60000, 500), start=6)]
+    events.append(validate({"v": 1, "type": "fetch", "ts": T0, "topic": "orders",
+                            "partition": 1, "leader": 1, "leader_epoch": 1, "replica": 2,
+                            "fetch_offset": 0, "leader_leo": 0}))
+    events.sort(key=lambda e: e.ts)
+    engine = _engine(events)
+    assert engine.session_driver.sessions.anomalies == {"unknown_session": 1}
+    assert _shrinks(engine) == {1: 20000}  # not in the session: its only fetch was at 0
+
+
+def test_a_skipped_session_epoch_restarts_the_session_from_what_it_lists():
+    events = [session(0, 7, 0, {0: 0, 1: 0}), session(500, 7, 1, {}),
+              session(1000, 7, 3, {0: 0})]  # epoch 2 never seen
+    events += [session(t, 7, e, {}) for e, t in enumerate(range(1500, 60000, 500), start=4)]
+    engine = _engine(events)
+    assert engine.session_driver.sessions.anomalies == {"session_epoch_skipped": 1}
+    assert _shrinks(engine) == {1: 20000}  # last fetched at 500 by the old session
+
+
+def test_a_full_request_with_session_id_0_is_bound_to_the_id_its_next_request_carries():
+    events = [session(0, 0, 0, {0: 0}), session(500, 42, 1, {1: 0})]  # adds partition 1
+    events += [session(t, 42, e, {}) for e, t in enumerate(range(1000, 60000, 500), start=2)]
+    engine = _engine(events)
+    assert engine.session_driver.sessions.anomalies == {}
+    assert _shrinks(engine) == {}
+
+
+def test_a_sessionless_request_fetches_only_what_it_lists():
+    engine = _engine([session(0, 0, -1, {0: 0}), session(500, 0, 1, {})])
+    assert engine.session_driver.sessions.anomalies == {"unknown_session": 1}
+
+
+def test_sessions_and_their_pending_fetches_survive_a_restart():
+    monitor = MonitorSettings(policy=["kip16"], replica_lag_time_max_ms=10000)
+    engine = LocalEngine(monitor)
+    engine.apply_in_order(_leaders(0, 1) + [session(0, 7, 0, {0: 0, 1: 0})] +
+                          [session(t, 7, e, {}) for e, t in enumerate(range(500, 5000, 500), 1)])
+    engine = snapshot.restore(monitor, snapshot.snapshot(engine))
+    engine.apply_in_order([session(t, 7, e, {}) for e, t in enumerate(range(5000, 30000, 500),
+                                                                       10)])
+    engine.finish()
+    assert _shrinks(engine) == {}
+    assert engine.session_driver.sessions.anomalies == {}
+
+
+def test_isr_replay_applies_session_events_and_reports_their_anomalies():
+    from helpers import cli
+    from isr.contract.fast import encode
+
+    events = _leaders(0, 1) + [session(0, 0, 0, {0: 0, 1: 0}), session(500, 7, 1, {}),
+                               session(1000, 8, 4, {1: 0})]  # 8: never opened
+    r = cli("replay", "-", "--policy", "kip16", "--set", "monitor.replica_lag_time_max_ms=10000",
+            stdin="\n".join(encode(e).decode() for e in events) + "\n")
+    assert r.returncode == 0, r.stderr
+    assert "5 events read, 5 accepted" in r.stderr
+    assert "fetch session anomalies: unknown_session 1" in r.stderr
+    states = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [f["last_fetch_ts"] - T0 for s in states for f in s["followers"]] == [500, 1000]
