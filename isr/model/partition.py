@@ -207,6 +207,11 @@ class PartitionModel:
         its followers' first fetch after it (at `at`)."""
         since, resumed = self.stall_from, self.stall_check_at
         self.stall_check_at = self.stall_from = -1
+        if self.next_check == at:
+            # A check instant of the grid: it is one of the overdue runs, all
+            # made back to back at the resume; it does not run again after
+            # the fetches of the same instant.
+            self.next_check = at + self.rules.interval_ms
         if self.leader < 0:
             return
         rules, leader_leo = self.rules, self.leader_leo
