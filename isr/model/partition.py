@@ -29,6 +29,7 @@ from isr.model.rules import (
     lag_ms,
     out_of_sync_from,
 )
+from isr.model.stall import FOLLOWER_FETCHES, LEADER_ACTIVITY, confirm_by, suspects_stall
 
 # Outcomes other than "applied" (None). Ignored events are counted; rejected
 # ones go to the dead-letter sink with the message.
@@ -41,7 +42,7 @@ def rejected(message: str) -> tuple[str, str]:
     return ("rejected", message)
 
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the leader-stall fields (version 1 states read with none pending)
 
 
 class PartitionModel:
@@ -52,6 +53,7 @@ class PartitionModel:
         "min_isr_default", "min_isr_override", "min_isr", "bootstrap",
         "next_check", "ts", "seq",
         "under_min_since", "under_min_ms",
+        "leader_active_ts", "stall_from", "stall_check_at",
         "watch", "sessions",
     )
 
@@ -79,6 +81,12 @@ class PartitionModel:
         self.seq = 0  # decisions taken, for deterministic decision ids
         self.under_min_since = -1
         self.under_min_ms = 0
+        # The leader's own stall (isr/model/stall.py): its last activity seen
+        # (-1: none yet), and a suspected stall awaiting a follower's fetch:
+        # its end (-1: none) and its start.
+        self.leader_active_ts = -1
+        self.stall_from = -1
+        self.stall_check_at = -1
         # The alert rules' state of this partition (isr/alerts/watch.py), kept
         # here so their listener finds it without a lookup on every event. The
         # model never reads it and its state (to_list) leaves it out.
@@ -120,6 +128,11 @@ class PartitionModel:
     def advance(self, until: int, inclusive: bool, brokers: Brokers, out: list) -> None:
         """Run every check at instants T < until (T <= until if inclusive)."""
         interval = self.rules.interval_ms
+        resume = self.stall_check_at
+        if resume >= 0:
+            deadline = confirm_by(self.rules, resume)
+            if until > deadline or (inclusive and until == deadline):
+                self.stall_check_at = self.stall_from = -1  # no fetch came in time
         if until < self.next_check or (until == self.next_check and not inclusive):
             return  # no check instant in between (the common case)
         if self.leader >= 0:
@@ -151,11 +164,18 @@ class PartitionModel:
     def apply(self, event, brokers: Brokers, out: list) -> Optional[tuple[str, str]]:
         """Apply one partition event at its ts (checks before it run first)."""
         ts = event.ts
+        if self.stall_check_at >= 0 and ts > confirm_by(self.rules, self.stall_check_at):
+            self.stall_check_at = self.stall_from = -1  # no fetch came in time
         if ts > self.next_check:  # else no check instant lies before ts
             self.advance(ts, False, brokers, out)
         if ts > self.ts:
             self.ts = ts
         kind = event.type
+        if kind in LEADER_ACTIVITY and self._note_leader_activity(event):
+            if self.stall_check_at >= 0 and kind in FOLLOWER_FETCHES:
+                self._resume_check(ts, brokers, out)
+        elif kind == "leader":
+            self.stall_check_at = self.stall_from = -1
         if kind == "fetch":
             return self._on_fetch(event, brokers, out)
         if kind == "append":
@@ -167,6 +187,42 @@ class PartitionModel:
         if kind == "isr":
             return None  # compared, never applied (IsrDivergence alert)
         return rejected(f"{kind} is not a partition event")
+
+    # ------------------------------------------------------------ the leader's stall
+    def _note_leader_activity(self, event) -> bool:
+        """The current leader ran at event.ts: after a gap it may be resuming
+        from a stall, confirmed by a follower's fetch (isr/model/stall.py)."""
+        if self.leader < 0 or self._is_stale(event):
+            return False
+        ts, last = event.ts, self.leader_active_ts
+        if ts > last:
+            # the cheap part of suspects_stall first: this runs on every event
+            rules = self.rules
+            if (last >= 0 and self.stall_check_at < 0 and ts - last > rules.replica_lag_time_max_ms
+                    and suspects_stall(rules, last, ts,
+                                       [self.followers[r] for r in self.isr if r != self.leader])):
+                self.stall_from = last
+                self.stall_check_at = ts
+            self.leader_active_ts = ts
+        return True
+
+    def _resume_check(self, at: int, brokers: Brokers, out: list) -> None:
+        """Kafka's overdue isr-expiration run after the leader's stall, before
+        its followers' first fetch after it (at `at`)."""
+        since, resumed = self.stall_from, self.stall_check_at
+        self.stall_check_at = self.stall_from = -1
+        if self.next_check == at:
+            # A check instant of the grid: it is one of the overdue runs, all
+            # made back to back at the resume; it does not run again after
+            # the fetches of the same instant.
+            self.next_check = at + self.rules.interval_ms
+        if self.leader < 0:
+            return
+        rules, leader_leo = self.rules, self.leader_leo
+        if any(r != self.leader and is_out_of_sync(rules, self.followers[r], leader_leo, at)
+               for r in self.isr):
+            why = f"leader {self.leader} resumed after {resumed - since} ms without activity: "
+            self._shrink(at, brokers, out, why)
 
     def _is_stale(self, event) -> bool:
         return event.leader_epoch != self.leader_epoch or event.leader != self.leader
@@ -263,6 +319,8 @@ class PartitionModel:
         else:
             old = self.followers
             self.followers = {r: old.get(r) or Follower() for r in ev.replicas if r != ev.leader}
+        if ev.leader != self.leader:
+            self.leader_active_ts = -1  # a new leader: no activity of it seen yet
         self.leader = ev.leader
         self.leader_epoch = ev.leader_epoch
         self.replicas = list(ev.replicas)
@@ -347,11 +405,11 @@ class PartitionModel:
         if candidate > self.hw:
             self.hw = candidate
 
-    def _shrink(self, at: int, brokers: Brokers, out: list) -> None:
+    def _shrink(self, at: int, brokers: Brokers, out: list, why: str = "") -> None:
         rules, leader_leo = self.rules, self.leader_leo
         removed = [r for r in self.isr
                    if r != self.leader and is_out_of_sync(rules, self.followers[r], leader_leo, at)]
-        reason = "; ".join(
+        reason = why + "; ".join(
             describe_out_of_sync(rules, r, self.followers[r], leader_leo, at) for r in removed)
         if at > self.ts:
             self.ts = at
@@ -425,7 +483,8 @@ class PartitionModel:
     # ------------------------------------------------------------ state store
     _SCALARS = ("leader", "leader_epoch", "leader_epoch_start_offset", "hw", "leader_leo",
                 "min_isr_default", "min_isr_override", "min_isr", "bootstrap", "next_check", "ts",
-                "seq", "under_min_since", "under_min_ms")
+                "seq", "under_min_since", "under_min_ms",
+                "leader_active_ts", "stall_from", "stall_check_at")
 
     def to_list(self) -> list:
         """Compact, JSON-able form; `from_list` restores it exactly. The
@@ -443,7 +502,7 @@ class PartitionModel:
     @classmethod
     def from_list(cls, rules: Rules, values: list) -> "PartitionModel":
         version, cluster, topic, partition, scalars, replicas, isr, followers = values[:8]
-        if version != STATE_VERSION:
+        if version not in (1, STATE_VERSION):  # 1 lacks the last scalars: their defaults
             raise ValueError(f"partition state version {version} is not {STATE_VERSION}")
         m = cls(rules, cluster, topic, partition)
         for name, value in zip(cls._SCALARS, scalars):
