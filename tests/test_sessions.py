@@ -6,6 +6,7 @@ as Kafka's leader does."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
@@ -92,7 +93,7 @@ def _outputs(engine: LocalEngine, decisions: list) -> tuple:
             {k: v for k, v in engine.ignored.items() if v})
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(session_streams(), st.lists(st.integers(0, 50), max_size=4))
 def test_session_fetches_decide_as_their_expansion_across_batches_and_restarts(events, cuts):
     monitor = _monitor()

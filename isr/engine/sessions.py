@@ -25,8 +25,10 @@ another follower's exact fetch. Later fetches only postpone those instants
 follower behind is never too late: the follower is moved up to it and the
 instant computed again. An ISR change, an ignored fetch or a listener that
 wants every fetch (an alert pending or firing) makes the next fetch exact
-again. A fetch that changes the broker epoch, or took long to serve, brings
-every partition of its session up to date first, so it is applied exactly.
+again. A fetch that changes the broker epoch, took long to serve, or comes
+after a gap longer than the leader-stall bound (isr/model/stall.py) brings
+every partition of its session up to date first, so it is applied exactly;
+the fetches skipped still count as the leader's activity.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Optional
 
 from isr.contract.fast import STRUCTS
 from isr.model.session import FINAL_EPOCH, Session, Sessions, next_epoch
+from isr.model.stall import stall_bound_ms
 
 _FETCH = STRUCTS["fetch"]
 REJECTED_IN_SESSION = "session_partition_rejected"
@@ -66,6 +69,7 @@ class SessionDriver:
         self.engine = engine
         self.sessions = Sessions()
         self.exact_fetches = 0  # unlisted partitions' fetches applied (a statistic, not state)
+        self.stall_bound_ms = stall_bound_ms(engine.rules[engine.policies[0]])
 
     # ------------------------------------------------------------ one event
     def apply(self, ev) -> Optional[tuple[str, str]]:
@@ -129,6 +133,8 @@ class SessionDriver:
         see as slow."""
         if entry[2] != session.log[-1][2]:
             return True
+        if entry[0] - session.log[-1][0] > self.stall_bound_ms:
+            return True  # the leader may have stalled (isr/model/stall.py)
         bound = self.engine.quiet_serve_ms
         return bound is not None and entry[0] - entry[1] > bound
 
@@ -224,12 +230,15 @@ class SessionDriver:
         session, link = st[0], st[1]
         engine = self.engine
         held = session.cached.get((m.topic, m.partition))
+        skipped_from = link[1]
         link[1] = pos + 1
         if held is None:
             return
         self.exact_fetches += 1
         fetch = expanded_fetch(m.cluster, session, m.topic, m.partition, held[0], held[1], None,
                                m.leader_leo, session.entry(pos))
+        if pos > skipped_from:  # the fetches skipped showed the leader running
+            m.note_skipped_activity(fetch, session.entry(pos - 1)[0])
         result = engine._apply_to_model(m, fetch, engine._brokers_of(m.cluster), False)
         if m.rules.policy == engine.policies[0] and result is not None:
             engine.ignored[result[1] if result[0] == "ignored" else REJECTED_IN_SESSION] += 1

@@ -206,6 +206,14 @@ class PartitionModel:
             self.leader_active_ts = ts
         return True
 
+    def note_skipped_activity(self, event, until_ts: int) -> None:
+        """Fetches like `event` that a lazy session catch-up skipped
+        (isr/engine/sessions.py) showed the leader running until `until_ts`.
+        None of them could start a stall suspicion: a session fetch after a
+        gap longer than the stall bound is always applied exactly."""
+        if self.leader >= 0 and not self._is_stale(event) and until_ts > self.leader_active_ts:
+            self.leader_active_ts = until_ts
+
     def _resume_check(self, at: int, brokers: Brokers, out: list) -> None:
         """Kafka's overdue isr-expiration run after the leader's stall, before
         its followers' first fetch after it (at `at`)."""
