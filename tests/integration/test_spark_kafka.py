@@ -99,7 +99,8 @@ def test_sasl_settings_reach_sparks_java_client_and_our_python_clients(
     with pytest.raises(ConfigError) as refused:
         kafka_reachable(wrong)  # what `isr run` checks first, with our client
     line = str(refused.value)
-    assert "\n" not in line and "Authentication failed" in line, line
+    assert "\n" not in line and line.startswith(f"kafka: {kafka.sasl_bootstrap} refused the "
+                                                 "login (") and "Authentication failed" in line, line
     # Spark's source alone (the check above would stop `isr run` first).
     query = job.start(spark, wrong, lambda _batch, _records: None,
                       trigger={"availableNow": True})
