@@ -203,7 +203,7 @@ def test_sparks_kafka_source_on_the_cluster_equals_replay(
                        ["--jars", ",".join(spark_kafka_jars), "--py-files", str(wheel),
                         str(ROOT / "jobs/isr_monitor.py"), "--config", str(config),
                         "--available-now"], cwd=tmp_path,
-                       env={"ISR_CACHE": str(tmp_path / "no-cache")})
+                       env={"ISR_CACHE": str(tmp_path / "no-cache")}, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:] + out.stdout[-2000:]
     assert_outputs_equal_replay(kafka, name, replayed)
     by_executor = state_partitions_by_executor(spark_cluster, app_id(out.stderr))
