@@ -214,8 +214,8 @@ class KafkaSettings(_Section):
 
 class InputSettings(_Section):
     # "python": the monitor's own streaming source (confluent-kafka, Spark's
-    # Python Data Source API); "kafka": Spark's built-in connector, which a
-    # cluster adds with --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>.
+    # Python Data Source API); "kafka": Spark's built-in connector
+    # (spark-sql-kafka-0-10_2.13 at pyspark's Spark version: scripts/spark-kafka-jars).
     source: Literal["python", "kafka"] = "python"
     topics: list[TopicName] = ["isr.fetch-events"]
     # A regular expression; when set it replaces `topics`.

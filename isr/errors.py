@@ -39,6 +39,14 @@ SHIP_HINT = ("the executors cannot import {module!r}: ship the package with spar
              "executors' path), and its dependencies with a packed environment "
              "(--archives env.tar.gz#env; docs/streaming.md, \"On a cluster\")")
 
+# Spark's Kafka source (the Java client) refused by the broker's SASL listener:
+# clients/src/main/java/org/apache/kafka/common/errors/SaslAuthenticationException.java.
+_SASL_REFUSED = re.compile(r"org\.apache\.kafka\.common\.errors\.SaslAuthenticationException: "
+                           r"([^\n]+)")
+SASL_HINT = ("Kafka refused the SASL login of Spark's Kafka source ({why}): check "
+             "kafka.sasl_mechanism, kafka.sasl_username and the password "
+             "(kafka.sasl_password_env or kafka.sasl_password_file)")
+
 
 def one_line_reason(text: str) -> str:
     """The job's own reason in a failure's text (a Spark exception carries the
@@ -46,6 +54,9 @@ def one_line_reason(text: str) -> str:
     missing = _NOT_SHIPPED.search(text or "")
     if missing:
         return SHIP_HINT.format(module=missing.group(1))
+    refused = _SASL_REFUSED.search(text or "")
+    if refused:
+        return SASL_HINT.format(why=refused.group(1).strip())
     found = _LINE.findall(text or "")
     if found:
         return found[-1][1].strip()

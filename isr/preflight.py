@@ -72,7 +72,7 @@ def kafka_client_config(settings: Settings) -> dict[str, str]:
 
 def kafka_reachable(settings: Settings) -> dict[str, str]:
     """The client config, once Kafka has answered within kafka.connect_timeout_s."""
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaError, KafkaException
 
     from isr.kafka.client import admin
 
@@ -80,10 +80,19 @@ def kafka_reachable(settings: Settings) -> dict[str, str]:
 
     conf = kafka_client_config(settings)
     timeout = settings.kafka.connect_timeout_s
+    errors: list[KafkaError] = []  # a refused SASL login comes only as an error event
+    client = admin({**conf, "error_cb": errors.append})
     try:
         # librdkafka's wait does not look at signals: waited for in a thread
-        run_interruptibly(lambda: admin(conf).list_topics(timeout=timeout), timeout)
+        run_interruptibly(lambda: client.list_topics(timeout=timeout), timeout)
     except (KafkaException, TimeoutError) as exc:
+        client.poll(0.5)  # serves the error events
+        refused = next((e for e in errors if e.code() == KafkaError._AUTHENTICATION), None)
+        if refused is not None:
+            raise ConfigError(f"kafka: {settings.kafka.bootstrap_servers} refused the login "
+                              f"({refused.str()}); check kafka.sasl_mechanism, "
+                              "kafka.sasl_username and the password (kafka.sasl_password_env "
+                              "or kafka.sasl_password_file)") from None
         why = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
         raise ConfigError(f"kafka: no answer from {settings.kafka.bootstrap_servers} within "
                           f"{timeout:g} s ({why}); check "

@@ -23,13 +23,37 @@ def broker():
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark_kafka_jars() -> list[str]:
+    """Spark's Kafka connector at pyspark's Spark version, resolved once by
+    scripts/spark-kafka-jars (Maven Central, then cached); [] when it could
+    not be (a test of input.source = "kafka" then fails with the reason)."""
+    import shutil
+    import subprocess
+
+    from isr.stream.connector import kafka_jars
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "spark-kafka-jars"
+    if not kafka_jars() and shutil.which("mvn"):
+        subprocess.run([str(script)], env={**os.environ, "PYTHON": sys.executable},
+                       capture_output=True, timeout=600)
+    return kafka_jars()
+
+
+@pytest.fixture(scope="session")
+def spark(spark_kafka_jars):
     from isr.config import Settings
     from isr.stream.job import spark_session
 
-    session = spark_session(Settings(), "local[2]", "isr-tests")
+    # input.source = "kafka": the session also gets Spark's Kafka connector
+    # (spark.jars), so one session runs both sources.
+    settings = Settings.model_validate({"input": {"source": "kafka"}})
+    session = spark_session(settings, "local[2]", "isr-tests")
     yield session
     session.stop()
+
+
+# The test cluster's SASL/PLAIN user (isr/kafka/cluster.py, sasl_listener).
+SASL_USERS = {"isr": "isr-test-secret"}
 
 
 def kafka_test_config():
@@ -42,6 +66,7 @@ def kafka_test_config():
         dir=Path(os.environ.get("ISR_KAFKA_TEST_DIR", REPO / "tmp" / "kafka-test-cluster")),
         port_base=int(os.environ.get("ISR_KAFKA_TEST_PORT_BASE", "19250")),
         jmx_exporter=True,  # the tests compare the brokers' own counters with ours
+        sasl_users=SASL_USERS,  # a SASL_PLAINTEXT listener beside PLAINTEXT (test_spark_kafka)
         detach=False)
 
 

@@ -99,6 +99,14 @@ def test_a_failed_job_is_told_in_its_own_words():
                                            "input.fail_on_data_loss = false to read on")
     assert one_line_reason("java.lang.OutOfMemoryError: heap\n\tat x") == (
         "java.lang.OutOfMemoryError: heap")
+    # Spark's Kafka source refused by a SASL listener (the Java client's words).
+    refused = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: x\n"
+               "Caused by: org.apache.kafka.common.errors.SaslAuthenticationException: "
+               "Authentication failed: Invalid username or password\n\tat org.apache.kafka...")
+    assert one_line_reason(refused) == (
+        "Kafka refused the SASL login of Spark's Kafka source (Authentication failed: Invalid "
+        "username or password): check kafka.sasl_mechanism, kafka.sasl_username and the "
+        "password (kafka.sasl_password_env or kafka.sasl_password_file)")
 
 
 def test_replay_of_a_far_future_time_ends_at_once_with_a_dead_letter(tmp_path):

@@ -93,3 +93,20 @@ def test_broker_properties_follow_the_docs():
     assert int(props["log.cleaner.dedupe.buffer.size"]) <= 8 << 20
     controller = kc.server_properties(conf, 0, Path("/x/controller"))
     assert "process.roles=controller" in controller and "broker.session.timeout.ms=" in controller
+
+
+def test_a_sasl_listener_is_added_only_when_users_are_given():
+    conf = kc.ClusterConfig(dir=Path("/x"), port_base=19250, sasl_users={"isr": "pw"})
+    props = dict(line.split("=", 1) for line in
+                 kc.server_properties(conf, 2, Path("/x/broker-2")).splitlines())
+    assert props["listeners"] == ("PLAINTEXT://127.0.0.1:19252,"
+                                  "SASL_PLAINTEXT://127.0.0.1:19257")
+    assert props["advertised.listeners"] == props["listeners"]
+    assert props["inter.broker.listener.name"] == "PLAINTEXT"
+    assert props["sasl.enabled.mechanisms"] == "PLAIN"
+    assert props["listener.name.sasl_plaintext.plain.sasl.jaas.config"] == (
+        'org.apache.kafka.common.security.plain.PlainLoginModule required user_isr="pw";')
+    assert conf.sasl_bootstrap == "127.0.0.1:19256,127.0.0.1:19257,127.0.0.1:19258"
+    assert (19257, "broker-2's SASL listener") in conf.ports()
+    plain = kc.ClusterConfig(dir=Path("/x"), port_base=19250)
+    assert "SASL" not in kc.server_properties(plain, 2, Path("/x/broker-2"))

@@ -71,6 +71,9 @@ class ClusterConfig:
     jmx_exporter: bool = True                      # ISR_KAFKA_JMX_EXPORTER=0: off
     detach: bool = True  # nodes outlive this process (the script); False: die with it
     extra: dict = field(default_factory=dict)      # more broker properties
+    # SASL/PLAIN users (name -> password): each broker also listens with
+    # SASL_PLAINTEXT on port BASE + 5 + id (sasl_port), for the security tests.
+    sasl_users: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir)
@@ -104,8 +107,13 @@ class ClusterConfig:
     def metrics_port(self, broker: int) -> int:
         return self.port_base + 10 + broker
 
+    def sasl_port(self, broker: int) -> int:
+        return self.port_base + 5 + broker
+
     def ports(self) -> list[tuple[int, str]]:
         out = [(self.port(n), node_name(n)) for n in (CONTROLLER_ID, *BROKER_IDS)]
+        if self.sasl_users:
+            out += [(self.sasl_port(b), f"{node_name(b)}'s SASL listener") for b in BROKER_IDS]
         if self.jmx_exporter:
             out += [(self.metrics_port(b), f"{node_name(b)}'s JMX exporter") for b in BROKER_IDS]
         return out
@@ -113,6 +121,10 @@ class ClusterConfig:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.port(b)}" for b in BROKER_IDS)
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.sasl_port(b)}" for b in BROKER_IDS)
 
 
 def node_name(node: int) -> str:
@@ -125,7 +137,9 @@ def server_properties(conf: ClusterConfig, node: int, node_dir: Path) -> str:
         "node.id": node,
         "controller.quorum.voters": voters,
         "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": ("CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+                                           + (",SASL_PLAINTEXT:SASL_PLAINTEXT"
+                                              if conf.sasl_users else "")),
         "log.dirs": node_dir / "data",
         # Small: 2 cores shared by four JVMs (docs/real-kafka.md).
         "num.network.threads": 2,
@@ -157,8 +171,26 @@ def server_properties(conf: ClusterConfig, node: int, node_dir: Path) -> str:
                  # The cleaner would take 128 MB of heap for its dedupe buffer.
                  "log.cleaner.dedupe.buffer.size": 4 * 1024 * 1024,
                  "log.cleaner.threads": 1,
+                 **sasl_listener(conf, node),
                  **conf.extra}
     return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def sasl_listener(conf: ClusterConfig, broker: int) -> dict:
+    """A second listener, SASL_PLAINTEXT with the PLAIN mechanism, whose users
+    are conf.sasl_users (the broker side of PlainLoginModule: `user_NAME="PASSWORD"`,
+    listener-prefixed as KIP-86 allows, so no JAAS file). The brokers keep
+    talking to each other over PLAINTEXT."""
+    if not conf.sasl_users:
+        return {}
+    plain = f"127.0.0.1:{conf.port(broker)}"
+    sasl = f"127.0.0.1:{conf.sasl_port(broker)}"
+    users = " ".join(f'user_{name}="{password}"' for name, password in conf.sasl_users.items())
+    return {"listeners": f"PLAINTEXT://{plain},SASL_PLAINTEXT://{sasl}",
+            "advertised.listeners": f"PLAINTEXT://{plain},SASL_PLAINTEXT://{sasl}",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"}
 
 
 JVM_FLAGS = [
@@ -243,6 +275,11 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return self.conf.bootstrap
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The SASL_PLAINTEXT listeners (conf.sasl_users set)."""
+        return self.conf.sasl_bootstrap
 
     def node_dir(self, node: int) -> Path:
         return self.conf.dir / node_name(node)

@@ -22,13 +22,10 @@ import pytest
 import workload
 from cluster import clean_env, spark_home
 
-from isr.config import load_settings
-from isr.pipeline.local import replay
-from isr.sinks.kafka import read_to_end
+from workload import assert_outputs_equal_replay
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parents[2]
-BASE = [f"monitor.replica_lag_time_max_ms={workload.LAG_MS}", "monitor.allowed_lateness_ms=1000"]
 
 
 def config_file(tmp_path: Path, broker, name: str, limit: int = 2000) -> Path:
@@ -50,38 +47,10 @@ def spark_submit(cluster, driver_python: Path, executor_python: Path, args: list
                           timeout=timeout)
 
 
-def records(broker, topic: str) -> list[dict]:
-    return [json.loads(m.value()) for m in read_to_end({"bootstrap.servers": broker.bootstrap},
-                                                        {(topic, 0): 0})]
-
-
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory):
     """`isr replay` of the workload: what every run on the cluster must write."""
-    return replay_of(tmp_path_factory.mktemp("replay"))
-
-
-def replay_of(tmp: Path) -> dict:
-    path = tmp / "events.jsonl"
-    workload.write_file(path, workload.lines())
-    result = replay([str(path)], load_settings(None, BASE).monitor)
-    # The stream decides what lies below its last watermark; a bounded replay
-    # also flushes the last allowed_lateness_ms of input.
-    watermark = max(e["ts"] for e in workload.events()) - 1000
-    final = [json.loads(d.model_dump_json()) for d in result.decisions if d.ts < watermark]
-    return {"isr_change": sorted((d for d in final if d["type"] == "isr_change"),
-                                 key=lambda d: d["id"]),
-            "alert": sorted((d for d in final if d["type"] == "alert"), key=lambda d: d["id"]),
-            "dead": sorted(d.reason for d in result.dead_letters)}
-
-
-def assert_outputs_equal_replay(broker, name: str, expected: dict) -> None:
-    changes = sorted(records(broker, f"{name}.changes"), key=lambda d: d["id"])
-    assert changes == expected["isr_change"]
-    assert len(changes) >= 4
-    alerts = sorted(records(broker, f"{name}.alerts"), key=lambda d: d["id"])
-    assert alerts == expected["alert"]
-    assert sorted(d["reason"] for d in records(broker, f"{name}.dead")) == expected["dead"]
+    return workload.replayed_outputs(tmp_path_factory.mktemp("replay"))
 
 
 def input_topic(broker, name: str) -> None:
@@ -213,6 +182,32 @@ def test_a_submit_whose_executors_cannot_import_isr_ends_in_one_line(
                            "ship the package with spark-submit --py-files"), out.stderr[-3000:]
     printed = out.stdout + out.stderr
     assert "Traceback" not in printed and "Py4J" not in printed, printed[-3000:]
+
+
+@pytest.mark.kafka
+def test_sparks_kafka_source_on_the_cluster_equals_replay(
+        spark_cluster, python_without_isr, kafka, spark_kafka_jars, wheel, replayed, tmp_path):
+    """Spark's own Kafka source (input.source = "kafka") on the executors, its
+    jars only from --jars (the job's own cache lookup finds nothing), reading
+    the real Kafka cluster: the outputs are exactly `isr replay`'s."""
+    from isr.kafka.client import ensure_topics
+    from isr.stream.connector import missing_message
+
+    assert spark_kafka_jars, missing_message()
+    name = f"cl{uuid.uuid4().hex[:6]}"
+    ensure_topics({"bootstrap.servers": kafka.bootstrap}, [f"{name}.in"], 2, 3)
+    workload.produce(kafka.bootstrap, f"{name}.in", workload.lines())
+    config = workload.job_config(tmp_path, kafka, name, f"{name}.in", limit=2000,
+                                 source="kafka")
+    out = spark_submit(spark_cluster, python_without_isr, python_without_isr,
+                       ["--jars", ",".join(spark_kafka_jars), "--py-files", str(wheel),
+                        str(ROOT / "jobs/isr_monitor.py"), "--config", str(config),
+                        "--available-now"], cwd=tmp_path,
+                       env={"ISR_CACHE": str(tmp_path / "no-cache")}, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:] + out.stdout[-2000:]
+    assert_outputs_equal_replay(kafka, name, replayed)
+    by_executor = state_partitions_by_executor(spark_cluster, app_id(out.stderr))
+    assert set().union(*by_executor.values()) == {0, 1}, by_executor
 
 
 def submit_in_background(cluster, python: Path, wheel: Path, config: Path, log: Path):

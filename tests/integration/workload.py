@@ -114,9 +114,11 @@ def job_settings(bootstrap: str, tmp_path, base: list[str], *extra: str, prefix=
         *extra])
 
 
-def job_config(tmp_path: Path, broker, name: str, input_topic: str, limit: int) -> Path:
+def job_config(tmp_path: Path, broker, name: str, input_topic: str, limit: int,
+               source: str = "python") -> Path:
     """The streaming job's configuration for one test: input, output topics
-    and a query of its own, run with LAG_MS and 1 s of lateness."""
+    and a query of its own, run with LAG_MS and 1 s of lateness; `source`:
+    input.source (the Python source or Spark's Kafka source)."""
     path = tmp_path / f"{name}.toml"
     path.write_text(f"""
 [monitor]
@@ -125,6 +127,7 @@ allowed_lateness_ms = 1000
 [kafka]
 bootstrap_servers = "{broker.bootstrap}"
 [input]
+source = "{source}"
 topics = ["{input_topic}"]
 max_offsets_per_trigger = {limit}
 [output]
@@ -140,3 +143,41 @@ query_name = "{name}"
 state_buckets = 2
 """)
     return path
+
+
+BASE = [f"monitor.replica_lag_time_max_ms={LAG_MS}", "monitor.allowed_lateness_ms=1000"]
+
+
+def replayed_outputs(tmp: Path) -> dict:
+    """`isr replay` of lines(): what every run of the job must write."""
+    from isr.pipeline.local import replay
+
+    path = tmp / "events.jsonl"
+    write_file(path, lines())
+    result = replay([str(path)], load_settings(None, BASE).monitor)
+    # The stream decides what lies below its last watermark; a bounded replay
+    # also flushes the last allowed_lateness_ms of input.
+    watermark = max(e["ts"] for e in events()) - 1000
+    final = [json.loads(d.model_dump_json()) for d in result.decisions if d.ts < watermark]
+    return {"isr_change": sorted((d for d in final if d["type"] == "isr_change"),
+                                 key=lambda d: d["id"]),
+            "alert": sorted((d for d in final if d["type"] == "alert"), key=lambda d: d["id"]),
+            "dead": sorted(d.reason for d in result.dead_letters)}
+
+
+def records(broker, topic: str) -> list[dict]:
+    """Everything in partition 0 of `topic` (the tests' outputs have one)."""
+    from isr.sinks.kafka import read_to_end
+
+    return [json.loads(m.value()) for m in read_to_end({"bootstrap.servers": broker.bootstrap},
+                                                        {(topic, 0): 0})]
+
+
+def assert_outputs_equal_replay(broker, name: str, expected: dict) -> None:
+    """The job's topics `name`.changes/.alerts/.dead hold exactly `expected`."""
+    changes = sorted(records(broker, f"{name}.changes"), key=lambda d: d["id"])
+    assert changes == expected["isr_change"]
+    assert len(changes) >= 4
+    alerts = sorted(records(broker, f"{name}.alerts"), key=lambda d: d["id"])
+    assert alerts == expected["alert"]
+    assert sorted(d["reason"] for d in records(broker, f"{name}.dead")) == expected["dead"]
