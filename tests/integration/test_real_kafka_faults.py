@@ -116,6 +116,17 @@ def wait_for(predicate, seconds: float, what: str):
     raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
+def pause_until_shrunk_then_resume(kafka: KafkaCluster, broker: int, topic: str) -> None:
+    """SIGSTOP `broker` for 2.5 lag times (its followers' lag shrink, shorter
+    than the session timeout), SIGCONT, and wait until it is back in every
+    ISR of `topic`."""
+    kafka.pause(broker)
+    time.sleep(2.5 * kafka.conf.replica_lag_time_max_ms / 1000)
+    kafka.resume(broker)
+    wait_for(lambda: all(len(isr) == 3 for _l, isr in isr_of(kafka, topic).values()),
+             30, "the paused broker back in every ISR")
+
+
 def shrink_tolerance_ms(kafka: KafkaCluster) -> float:
     """A leader checks its ISR every replica.lag.time.max.ms / 2 on its own
     schedule, which no log shows, and its shrink is committed an AlterPartition
@@ -143,11 +154,7 @@ def test_a_paused_follower_is_shrunk_then_expanded_and_the_monitor_agrees(kafka,
     create_topics(kafka, (topic, 3), (idle, 3))
     with producing(kafka, topic) as counts:
         time.sleep(3)
-        kafka.pause(paused)
-        time.sleep(2.5 * lag / 1000)
-        kafka.resume(paused)
-        wait_for(lambda: all(len(isr) == 3 for _l, isr in isr_of(kafka, topic).values()),
-                 30, "the paused broker back in every ISR")
+        pause_until_shrunk_then_resume(kafka, paused, topic)
         time.sleep(1)
     assert counts["failed"] == 0 and counts["acked"] > 0  # min ISR 2 held throughout
     outputs = run.tap()
@@ -447,11 +454,7 @@ def test_live_taps_follow_the_cluster_through_a_pause(kafka, tmp_path):
                  "the metadata poller's first poll")
         with producing(kafka, topic) as counts:
             time.sleep(3)
-            kafka.pause(paused)
-            time.sleep(2.5 * kafka.conf.replica_lag_time_max_ms / 1000)
-            kafka.resume(paused)
-            wait_for(lambda: all(len(isr) == 3 for _l, isr in isr_of(kafka, topic).values()),
-                     30, "the paused broker back in every ISR")
+            pause_until_shrunk_then_resume(kafka, paused, topic)
             time.sleep(2)
     finally:
         stopped = time.monotonic()

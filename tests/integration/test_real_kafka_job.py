@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT
-from test_real_kafka_faults import isr_of, producing, wait_for
+from test_real_kafka_faults import isr_of, pause_until_shrunk_then_resume, producing, wait_for
 
 from isr.config import load_settings
 from isr.kafka.cluster import BROKER_IDS
@@ -73,11 +73,7 @@ def test_isr_run_on_the_real_cluster_writes_what_replay_decides(kafka, tmp_path)
         wait_for(lambda: written(kafka, f"{name}.in", 2), 60, "the taps' first events")
         with producing(kafka, load) as counts:
             time.sleep(3)
-            kafka.pause(paused)
-            time.sleep(2.5 * kafka.conf.replica_lag_time_max_ms / 1000)
-            kafka.resume(paused)
-            wait_for(lambda: all(len(isr) == 3 for _l, isr in isr_of(kafka, load).values()),
-                     30, "the paused broker back in every ISR")
+            pause_until_shrunk_then_resume(kafka, paused, load)
             time.sleep(LATENESS_MS / 1000 + 2)  # the watermark passes the expand
     finally:
         codes = taps.stop()
