@@ -233,14 +233,21 @@ def small_batches(tmp_path: Path, broker, name: str) -> Path:
     return config_file(tmp_path, broker, name, limit=250)
 
 
-def test_the_driver_killed_and_started_again_continues_exactly_once(
-        spark_cluster, python_without_isr, broker, wheel, replayed, tmp_path):
+def small_batches_job(cluster, python: Path, broker, wheel: Path, tmp_path: Path):
+    """A fresh input topic and the job submitted on it in small batches, in
+    the background: (name, config, checkpoint commits dir, driver log, job)."""
     name = f"cl{uuid.uuid4().hex[:6]}"
     input_topic(broker, name)
     config = small_batches(tmp_path, broker, name)
-    commits = tmp_path / name / "checkpoint" / "commits"
     log = tmp_path / "driver.log"
-    job = submit_in_background(spark_cluster, python_without_isr, wheel, config, log)
+    job = submit_in_background(cluster, python, wheel, config, log)
+    return name, config, tmp_path / name / "checkpoint" / "commits", log, job
+
+
+def test_the_driver_killed_and_started_again_continues_exactly_once(
+        spark_cluster, python_without_isr, broker, wheel, replayed, tmp_path):
+    name, config, commits, log, job = small_batches_job(
+        spark_cluster, python_without_isr, broker, wheel, tmp_path)
     try:
         wait_for_commits(commits, 2, job, log)
     finally:  # the driver (spark-submit's JVM and its Python) dies without a word
@@ -259,12 +266,8 @@ def test_a_worker_killed_mid_stream_changes_nothing_in_the_outputs(
     executor (the state is reloaded from the checkpoint), and the outputs
     are still exactly `isr replay`'s. Last in this module: it takes a worker
     away (and puts a new one in its place)."""
-    name = f"cl{uuid.uuid4().hex[:6]}"
-    input_topic(broker, name)
-    config = small_batches(tmp_path, broker, name)
-    commits = tmp_path / name / "checkpoint" / "commits"
-    log = tmp_path / "driver.log"
-    job = submit_in_background(spark_cluster, python_without_isr, wheel, config, log)
+    name, config, commits, log, job = small_batches_job(
+        spark_cluster, python_without_isr, broker, wheel, tmp_path)
     victim = spark_cluster.workers[-1]
     try:
         wait_for_commits(commits, 2, job, log)
