@@ -109,7 +109,8 @@ def bench_e2e(args) -> None:
 
     from isr.kafka.embedded import EmbeddedBroker
     from isr.sim.output import produce
-    from isr.stream.job import run_to_kafka, spark_session
+    from isr.pipeline.streaming import run_to_kafka
+    from isr.stream.job import spark_session
 
     with EmbeddedBroker() as broker:
         broker.create_topics(["isr.fetch-events"], 4)
@@ -164,7 +165,8 @@ def bench_latency(args) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     from isr.kafka.embedded import EmbeddedBroker
-    from isr.stream.job import run_to_kafka, spark_session
+    from isr.pipeline.streaming import run_to_kafka
+    from isr.stream.job import spark_session
 
     with EmbeddedBroker() as broker:
         broker.create_topics(["isr.fetch-events"], 4)

@@ -13,8 +13,8 @@ from rich.progress import (BarColumn, Progress, TextColumn, TimeRemainingColumn,
 from rich.table import Table
 
 from isr.contract.decisions import Alert
-from isr.pipeline.local import Progress as ReplayProgress
-from isr.pipeline.local import ReplayResult
+from isr.pipeline.results import Progress as ReplayProgress
+from isr.pipeline.results import ReplayResult
 
 
 def _duration(ms: int) -> str:

@@ -26,5 +26,8 @@ class RecordingSink(Sink):
         self.calls.append("write_batch")
         self.batches[batch_id] = list(records)
 
+    def close(self) -> None:
+        self.calls.append("close")
+
     def records(self) -> list:
         return [r for _batch, records in sorted(self.batches.items()) for r in records]

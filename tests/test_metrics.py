@@ -9,6 +9,7 @@ import ssl
 from pathlib import Path
 
 import httpx
+import pytest
 from helpers import T0, fetch, leader, run
 
 from isr.config import MetricsSettings
@@ -193,3 +194,18 @@ def test_the_endpoint_takes_tls_and_basic_auth(tmp_path, monkeypatch):
     ok = httpx.get(url, verify=ssl.create_default_context(cafile=str(cert)),
                    auth=("prom", "s3cret"))
     assert ok.status_code == 200 and "isr_partitions" in ok.text
+
+
+def test_closing_the_sink_frees_the_endpoint_port():
+    """At the end of a run (pipeline/streaming.py closes every sink) the
+    endpoint stops, and the next run on the same host can serve on the port."""
+    port = free_port()
+    first = Metrics(MetricsSettings(address="127.0.0.1", port=port))
+    assert first.serve()
+    assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 200
+    first.close()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+    again = Metrics(MetricsSettings(address="127.0.0.1", port=port))
+    assert again.serve()
+    again.close()

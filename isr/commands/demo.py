@@ -143,7 +143,8 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
                  stages: Stages) -> int:
     from confluent_kafka import Producer
 
-    from isr.stream.job import run_to_kafka, spark_session
+    from isr.pipeline.streaming import StreamingPipeline
+    from isr.stream.job import spark_session
     from isr.stream.running import quiet_failures
 
     stop = threading.Event()
@@ -173,9 +174,9 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
         signal.signal(signal.SIGINT, lambda *_: stop.set())  # after Spark's own handler
         stages.stage(f"Spark started ({settings.stream.master}); the job reads [cyan]{topic}[/] "
                      f"and writes decisions to [cyan]{settings.output.changes_topic}[/]")
-        query = run_to_kafka(settings, spark=spark)
-        return _show_changes(query, settings, broker.bootstrap, duration, stop, stages,
-                             fault.due)
+        with StreamingPipeline(settings) as pipeline:
+            return _show_changes(pipeline.start(spark), settings, broker.bootstrap, duration,
+                                 stop, stages, fault.due)
     finally:
         stop.set()
         producer.flush(5)

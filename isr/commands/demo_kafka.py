@@ -202,7 +202,7 @@ def _now() -> str:
 def _with_cluster(cluster, settings: Settings, spark_start: SparkStart,
                   duration: Optional[float], stages: Stages, stop: threading.Event) -> int:
     from isr.kafka.load import Producing
-    from isr.stream.job import run_to_kafka
+    from isr.pipeline.streaming import StreamingPipeline
     from isr.tap.live import RunningTaps, kafka_cluster_taps
 
     for sig in (signal.SIGINT, signal.SIGTERM):  # from now on a clean stop at the next look
@@ -237,9 +237,9 @@ def _with_cluster(cluster, settings: Settings, spark_start: SparkStart,
             return 0
         stages.stage(f"Spark started ({settings.stream.master}); the job reads [cyan]{topic}[/] "
                      f"and writes decisions to [cyan]{settings.output.changes_topic}[/]")
-        query = run_to_kafka(settings, spark=spark)
-        return _show_changes(query, settings, cluster.bootstrap, duration, stop, stages,
-                             due, partitions=parts)
+        with StreamingPipeline(settings) as pipeline:
+            return _show_changes(pipeline.start(spark), settings, cluster.bootstrap, duration,
+                                 stop, stages, due, partitions=parts)
     finally:
         stop.set()
         for t in threads:

@@ -26,7 +26,8 @@ def add_parser(sub) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from isr import preflight
-    from isr.stream.job import run_to_kafka, spark_session
+    from isr.pipeline.streaming import StreamingPipeline
+    from isr.stream.job import spark_session
     from isr.stream.running import quiet_failures, run_until_stopped, stopping_our_jvm
     from isr.stream.tally import RunTally
 
@@ -36,8 +37,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     with stopping_our_jvm():
         spark = spark_session(settings, settings.stream.master)
         quiet_failures(spark)
-        tally = RunTally(settings.monitor.policy)
-        query = run_to_kafka(settings, spark=spark, trigger=trigger, tally=tally)
-    print(f"isr: query {settings.stream.query_name} running; checkpoint "
-          f"{settings.stream.checkpoint_location}", file=sys.stderr)
-    return run_until_stopped(query, tally=tally, spark=spark)
+    with StreamingPipeline(settings, RunTally(settings.monitor.policy)) as pipeline:
+        with stopping_our_jvm():
+            pipeline.start(spark, trigger)
+        print(f"isr: query {settings.stream.query_name} running; checkpoint "
+              f"{settings.stream.checkpoint_location}", file=sys.stderr)
+        return run_until_stopped(pipeline.query, tally=pipeline.tally, spark=spark)

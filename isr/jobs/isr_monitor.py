@@ -76,8 +76,9 @@ def main(argv=None) -> int:
 
     from isr import preflight
     from isr.config import ConfigError, load_settings, unknown_env_vars
-    from isr.stream.job import run_to_kafka, spark_session
-    from isr.stream.running import quiet_failures, run_until_stopped
+    from isr.pipeline.streaming import StreamingPipeline
+    from isr.stream.job import spark_session
+    from isr.stream.running import quiet_failures
     from isr.stream.tally import RunTally
 
     try:
@@ -96,13 +97,12 @@ def main(argv=None) -> int:
     ship_wheels(spark.sparkContext)
     trigger = {"availableNow": True} if args.available_now else None
     quiet_failures(spark)
-    tally = RunTally(settings.monitor.policy)
     try:
-        query = run_to_kafka(settings, spark=spark, trigger=trigger, tally=tally)
-    except ConfigError as exc:
+        pipeline = StreamingPipeline(settings, RunTally(settings.monitor.policy))
+    except ConfigError as exc:  # an output.sinks entry that cannot be built
         print(f"{NAME}: {exc}", file=sys.stderr)
         return 2
-    return run_until_stopped(query, NAME, tally, spark)
+    return pipeline.run(spark, trigger, NAME)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,7 @@ import heapq
 from itertools import islice
 
 import sys
-from collections import Counter
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional
 
@@ -25,47 +23,14 @@ from isr.contract.decisions import output_order
 from isr.contract.decode import decode_many
 from isr.engine.local import LocalEngine
 from isr.engine.sequencer import FUTURE, LATE
-from isr.engine.summary import PolicySummary, summary
-from isr.engine.whatif import PolicyRow, WhatIf
+from isr.engine.summary import summary
+from isr.engine.whatif import WhatIf
 from isr.gc_tuning import fewer_gc_passes
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Line, Overlong, bounded_lines
 from isr.pipeline.listeners import standard_listeners
+from isr.pipeline.results import TOO_LONG, Progress, ReplayResult, ReplayStats, too_long
 
 LINES_PER_DECODE = 4096  # lines decoded together (decode_many)
-
-
-@dataclass
-class ReplayStats:
-    lines: int = 0
-    accepted: int = 0
-    dead_letters: Counter = field(default_factory=Counter)
-    ignored: Counter = field(default_factory=Counter)
-    # fetch_session requests taken as a new session (isr/model/session.py)
-    session_anomalies: Counter = field(default_factory=Counter)
-
-
-@dataclass
-class ReplayResult:
-    decisions: list
-    states: list
-    dead_letters: list[DeadLetter]
-    stats: ReplayStats
-    summary: list[PolicySummary]
-    whatif: Optional[WhatIf] = None
-    whatif_rows: list[PolicyRow] = field(default_factory=list)
-
-
-class Progress:
-    """How far the reading got: `advance(task, bytes)` is called per 4096 lines."""
-
-    def start(self, name: str, total: Optional[int]) -> object:
-        return None
-
-    def advance(self, task: object, completed: int) -> None:
-        pass
-
-    def done(self, task: object) -> None:
-        pass
 
 
 def _lines(sources: list[str], progress: Optional[Progress],
@@ -179,13 +144,6 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
     return result
 
 
-TOO_LONG = "too_long"  # the dead letters' reason class of a line over input.max_line_bytes
-
-
-def too_long(source: str, offset: int, line: Overlong) -> DeadLetter:
-    """Nothing of the line was kept: its length is the evidence."""
-    return DeadLetter.of(source, offset, b"", line.reason, TOO_LONG).model_copy(
-        update={"raw_truncated": True, "raw_size": line.length})
 
 
 def write_jsonl(records, stream: BinaryIO) -> None:

@@ -141,6 +141,12 @@ class KafkaSink(Sink):
 
     started = bind
 
+    def close(self) -> None:
+        """The run ended: each batch was flushed when written; whatever a
+        stopped batch left in the producer goes out now (or is written again
+        by that batch on the next start: its records carry their ids)."""
+        self._producer.flush(5)
+
     # ------------------------------------------------------------ commits
     def _last_commit(self) -> tuple[int, dict[str, int]]:
         """This checkpoint's last commit (batch, offsets). Without one, batch

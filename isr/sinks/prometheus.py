@@ -81,6 +81,7 @@ class Metrics(Sink):
                  registry: Optional[CollectorRegistry] = None) -> None:
         self.settings = settings
         self.registry = registry or CollectorRegistry()
+        self._server = None  # the endpoint, once served
         self._topic_patterns = [re.compile(p) for p in settings.topics]
         self._delivery_seen: dict[tuple[str, str], int] = {}
         # (cluster, policy, topic, partition) -> flags; -> replicas with series;
@@ -176,7 +177,15 @@ class Metrics(Sink):
             context.load_cert_chain(s.tls_cert_file, s.tls_key_file)
             server.socket = context.wrap_socket(server.socket, server_side=True)
         threading.Thread(target=server.serve_forever, daemon=True, name="isr-metrics").start()
+        self._server = server
         return True
+
+    def close(self) -> None:
+        """The run ended: the endpoint stops, its port is free again."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
 
     # ------------------------------------------------------------ as a sink
     def open(self, run: Run) -> None:

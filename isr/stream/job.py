@@ -5,12 +5,11 @@ decisions out (to Kafka, or to any `write_batch(batch_id, records)` sink).
     (built-in `kafka` or a file source: key, value, topic, partition, offset
       -> mapInArrow: decode, judge, pack per bucket (Arrow IPC)     [packing.py])
       -> groupBy(bucket).applyInPandasWithState(LocalEngine)        [operator.py]
-      -> foreachBatch -> sinks                                      [sink.py]
+      -> foreachBatch -> write_batch(batch_id, records): the sinks  [pipeline/streaming.py]
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -219,42 +218,3 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
             .option("checkpointLocation", checkpoint)
             .trigger(**trigger)
             .start())
-
-
-def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
-                 master: Optional[str] = None, tally=None):
-    """`isr run` and the spark-submit job (isr/jobs/isr_monitor.py): Kafka in,
-    Kafka out. Returns the query. `tally` (stream.tally.RunTally): counts
-    what the job read and wrote, for the end-of-run summary."""
-    from isr.pipeline.sinks import Outputs, configured_sinks
-
-    outputs = Outputs(configured_sinks(settings, tally))  # creates the output topics
-    spark = spark or spark_session(settings, master)
-    outputs.open(settings, lambda on_progress: watch_progress(
-        spark, settings.stream.query_name, on_progress))
-    query = start(spark, settings, outputs.write_batch, trigger=trigger,
-                  partition_metrics=outputs.wants_partition_metrics)
-    outputs.started(query.id)  # the checkpoint's id: the same across restarts from it
-    return query
-
-
-def watch_progress(spark, query_name: str, on_progress: Callable[[dict], None]) -> None:
-    """Call `on_progress(progress as a dict)` after each micro-batch of the query."""
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    class Listener(StreamingQueryListener):
-        def onQueryStarted(self, event):  # noqa: N802 - Spark's names
-            pass
-
-        def onQueryProgress(self, event):  # noqa: N802
-            if event.progress.name == query_name:
-                on_progress(json.loads(event.progress.json))
-
-        def onQueryIdle(self, event):  # noqa: N802
-            pass
-
-        def onQueryTerminated(self, event):  # noqa: N802
-            pass
-
-    spark.streams.addListener(Listener())
-

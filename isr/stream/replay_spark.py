@@ -19,7 +19,7 @@ from isr.contract.records import INTERNAL_KINDS, SUMMARY, OutputRecord
 from isr.engine.sequencer import Sequencer
 from isr.engine.summary import summarize
 from isr.linecap import Overlong, bounded_lines
-from isr.pipeline.local import ReplayResult, ReplayStats, too_long
+from isr.pipeline.results import ReplayResult, ReplayStats, too_long
 
 
 class Admission:

@@ -10,7 +10,7 @@ from collections import Counter
 from isr.contract.decisions import Alert, IsrChange
 from isr.contract.records import OutputRecord
 from isr.engine.summary import summarize
-from isr.pipeline.local import ReplayResult, ReplayStats
+from isr.pipeline.results import ReplayResult, ReplayStats
 from isr.sinks.base import Run, Sink
 from isr.sinks.progress import input_records
 

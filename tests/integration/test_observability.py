@@ -106,7 +106,7 @@ def test_prometheus_scrapes_the_job_and_every_dashboard_and_rule_query_has_data(
         broker, tmp_path, name, "monitor.allowed_lateness_ms=1000",
         "monitor.min_insync_replicas=2", f"metrics.port={port}", "metrics.address=127.0.0.1",
         "delivery.batch_budget_s=0.5", f'delivery.webhooks=[{{name="ops", url="{dead_hook}"}}]')
-    from isr.stream.job import run_to_kafka
+    from isr.pipeline.streaming import run_to_kafka
 
     events = _events()
     cut = events[0]["ts"] + 90000
@@ -217,7 +217,7 @@ def test_webhook_down_then_back_while_the_stream_keeps_running(broker, spark, tm
         "metrics.enabled=false", "delivery.batch_budget_s=1.0",
         "delivery.backoff_initial_s=0.05", "delivery.backoff_max_s=0.3",
         f'delivery.webhooks=[{{name="ops", url="http://127.0.0.1:{port}/hook"}}]')
-    from isr.stream.job import run_to_kafka
+    from isr.pipeline.streaming import run_to_kafka
     from isr.sinks.kafka import read_to_end
 
     events = list(Simulator(load_scenario("kip501-slow-leader")).events())
@@ -268,7 +268,7 @@ def test_real_alertmanager_gets_the_live_jobs_transitions_exactly_once(broker, s
 
     from isr.commands.simulate import feed_live
     from isr.sim.scenario import Scenario
-    from isr.stream.job import run_to_kafka
+    from isr.pipeline.streaming import run_to_kafka
 
     scenario = Scenario.model_validate({
         "name": "am", "title": "stuck follower, live", "description": "test",

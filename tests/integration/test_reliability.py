@@ -21,7 +21,7 @@ from helpers import ROOT, wait_until
 from isr.config import load_settings
 from isr.kafka.embedded import EmbeddedBroker, free_port
 from isr.pipeline.local import replay
-from isr.stream import job
+from isr.pipeline.streaming import run_to_kafka
 from isr.sinks.kafka import read_to_end
 
 pytestmark = pytest.mark.integration
@@ -104,7 +104,7 @@ def test_poison_messages_become_dead_letters_and_decide_nothing(broker, spark, t
     for i, (_cls, value) in enumerate(bad):
         mixed.insert(100 + 37 * i, value)
     produce(broker.bootstrap, topic, keyed(mixed))
-    query = job.run_to_kafka(s, spark=spark, trigger={"availableNow": True})
+    query = run_to_kafka(s, spark=spark, trigger={"availableNow": True})
     query.awaitTermination()
     assert query.exception() is None
 
@@ -179,7 +179,7 @@ def test_a_backlog_read_in_small_slices_decides_as_replay(broker, spark, tmp_pat
         produce(broker.bootstrap, topic,
                 [(name.encode(), json.dumps(e).encode()) for e in events if e["topic"] == name],
                 partition=p)
-    query = job.run_to_kafka(s, spark=spark, trigger={"availableNow": True})
+    query = run_to_kafka(s, spark=spark, trigger={"availableNow": True})
     query.awaitTermination()
     assert len(query.recentProgress) >= 8  # read in many slices
     assert records(broker.bootstrap, s.output.dead_letter_topic) == []  # nothing late
@@ -200,13 +200,13 @@ def test_a_new_checkpoint_under_the_same_name_writes_its_own_batches(broker, spa
     s = settings_for(broker.bootstrap, tmp_path)
     broker.create_topics(s.input.topics, 1)
     produce(broker.bootstrap, s.input.topics[0], keyed(workload.lines()))
-    first = job.run_to_kafka(s, spark=spark, trigger={"availableNow": True})
+    first = run_to_kafka(s, spark=spark, trigger={"availableNow": True})
     first.awaitTermination()
     once = records(broker.bootstrap, s.output.changes_topic)
     assert once
     again = settings_for(broker.bootstrap, tmp_path, prefix=s.stream.query_name,
                          checkpoint="another-checkpoint")
-    second = job.run_to_kafka(again, spark=spark, trigger={"availableNow": True})
+    second = run_to_kafka(again, spark=spark, trigger={"availableNow": True})
     second.awaitTermination()
     twice = records(broker.bootstrap, s.output.changes_topic)
     assert sorted(d["id"] for d in twice) == sorted(d["id"] for d in once * 2)
@@ -231,7 +231,7 @@ def test_a_broker_restart_is_ridden_out_and_lost_input_is_never_skipped(spark, t
         topic = s.input.topics[0]
         broker.create_topics([topic], 1)
         produce(broker.bootstrap, topic, keyed(phase1))
-        query = job.run_to_kafka(s, spark=spark)
+        query = run_to_kafka(s, spark=spark)
         try:
             wait_until(lambda: query.lastProgress and query.lastProgress["numInputRows"] >= 0
                   and records(broker.bootstrap, s.output.commit_topic), what="a first batch")

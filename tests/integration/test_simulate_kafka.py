@@ -66,7 +66,7 @@ def test_simulated_cluster_through_the_streaming_job_matches_replay(broker, spar
     from isr.sim.cluster import Simulator
     from isr.contract.events import routing_key
     from isr.sim.scenario import load_scenario
-    from isr.stream.job import run_to_kafka
+    from isr.pipeline.streaming import run_to_kafka
     from confluent_kafka import Producer
 
     sc = load_scenario("follower-gc-pause-long")

@@ -16,6 +16,7 @@ from workload import assert_outputs_equal_replay, records
 
 from isr.config import ConfigError
 from isr.kafka.client import ensure_topics
+from isr.pipeline.streaming import run_to_kafka
 from isr.stream import job
 from isr.stream.connector import missing_message
 
@@ -41,7 +42,7 @@ def settings(bootstrap: str, tmp_path, topic: str, prefix: str, *extra: str):
 
 
 def run(spark, s):
-    query = job.run_to_kafka(s, spark=spark, trigger={"availableNow": True})
+    query = run_to_kafka(s, spark=spark, trigger={"availableNow": True})
     query.awaitTermination()
     return query
 

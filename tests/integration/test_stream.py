@@ -15,6 +15,7 @@ from isr.config import load_settings
 from isr.contract import validate
 from isr.pipeline.listeners import local_engine
 from isr.pipeline.local import replay
+from isr.pipeline.streaming import StreamingPipeline, run_to_kafka
 from isr.stream import buckets, job
 from isr.stream.replay_spark import replay_spark
 from isr.sinks.kafka import read_to_end
@@ -50,7 +51,10 @@ def test_end_to_end_kafka_in_kafka_out_equals_local_replay(broker, spark, tmp_pa
     s = settings_for(broker, tmp_path, 'output.sinks=["recording_sink:RecordingSink"]')
     broker.create_topics(s.input.topics, 2)
     workload.produce(broker.bootstrap, s.input.topics[0], workload.lines())
-    job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
+    # The pipeline `isr run` runs: its sinks opened before, closed after.
+    assert StreamingPipeline(s).run(spark, {"availableNow": True}) == 0
+    calls = RecordingSink.last.calls
+    assert calls[:2] == ["open", "started"] and calls[-1] == "close" and "write_batch" in calls
 
     changes = records(broker, s.output.changes_topic)
     # The stream has decided everything before its last watermark; a bounded
@@ -105,7 +109,7 @@ def test_throttled_partition_state_still_ends_with_every_partitions_latest_state
     broker.create_topics([topic], 1)
     events = workload.events()
     workload.produce(broker.bootstrap, topic, [json.dumps(e).encode() for e in events])
-    job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
+    run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
 
     engine = local_engine(s.monitor)
     for seq, e in enumerate(events):
@@ -134,7 +138,7 @@ def test_late_events_are_dead_lettered_and_later_events_still_decided(broker, sp
     broker.create_topics([topic], 1)
     first = [json.dumps(e).encode() for e in workload.events(seconds=30, partitions=1)]
     workload.produce(broker.bootstrap, topic, first)
-    job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
+    run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
     late = {"v": 1, "type": "append", "ts": workload.T0 + 1000, "topic": "orders",
             "partition": 0, "leader": 1, "leader_epoch": 1, "leader_leo": 5}
     # After the late one, later events still move the watermark and decide:
@@ -144,7 +148,7 @@ def test_late_events_are_dead_lettered_and_later_events_still_decided(broker, sp
              "fetch_offset": 180, "leader_leo": 180}
     workload.produce(broker.bootstrap, topic, [json.dumps(late).encode(),
                                                json.dumps(later).encode()])
-    job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
+    run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
     (dead,) = records(broker, s.output.dead_letter_topic)
     assert dead["reason_class"] == "late" and "before the watermark" in dead["reason"]
     assert json.loads(dead["raw"]) == late
@@ -251,12 +255,12 @@ def test_auto_buckets_follow_the_cores_but_keep_an_existing_checkpoints_count(
     broker.create_topics([topic], 1)
     events = [json.dumps(e).encode() for e in workload.events(seconds=30, partitions=2)]
     workload.produce(broker.bootstrap, topic, events[:len(events) // 2])
-    job.run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
+    run_to_kafka(s, spark=spark, trigger={"availableNow": True}).awaitTermination()
     auto = s.model_copy(update={"stream": s.stream.model_copy(update={"state_buckets": "auto"})})
     checkpoint = auto.stream.checkpoint_location
     assert buckets.resolve(spark, "auto", checkpoint) == 3
     workload.produce(broker.bootstrap, topic, events[len(events) // 2:])
-    q = job.run_to_kafka(auto, spark=spark, trigger={"availableNow": True})
+    q = run_to_kafka(auto, spark=spark, trigger={"availableNow": True})
     q.awaitTermination()
     assert q.exception() is None
     # Partition 0's stuck follower and partition 1's stalled one, each once.

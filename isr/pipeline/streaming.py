@@ -1,0 +1,96 @@
+"""The Spark path composed from the configuration: the configured Kafka
+source, the packing stage, the state buckets' engines with the standard
+listeners (stream/job.py builds the query), and the configured sinks
+(pipeline/sinks.py), which are opened before the query starts and closed
+when the run ends. `isr run`, the spark-submit job and both demos run it."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Optional
+
+from isr.config import Settings
+from isr.pipeline.sinks import Outputs, configured_sinks
+from isr.sinks.base import Sink
+from isr.stream import job
+from isr.stream.running import run_until_stopped
+
+
+class StreamingPipeline:
+    """source -> decode -> sequencer -> engine -> listeners -> sinks, on Spark.
+
+    `start` opens the sinks and starts the query; `close` closes the sinks
+    (once); `run` does both around waiting for the query (Ctrl-C, SIGTERM,
+    a failure: stream/running.py)."""
+
+    def __init__(self, settings: Settings, tally: Optional[Sink] = None,
+                 sinks: Optional[list[Sink]] = None) -> None:
+        """`tally` (stream.tally.RunTally): counts what the job read and wrote,
+        for the end-of-run summary. `sinks`: instead of the configured ones
+        (creating the output topics is part of building them)."""
+        self.settings = settings
+        self.tally = tally
+        self.outputs = Outputs(configured_sinks(settings, tally) if sinks is None else sinks)
+        self.query = None
+        self._closed = False
+
+    def start(self, spark=None, trigger: Optional[dict] = None, master: Optional[str] = None):
+        """Start the query (a new session on `master` if no `spark` is given)."""
+        settings = self.settings
+        spark = spark or job.spark_session(settings, master)
+        self.outputs.open(settings, lambda on_progress: watch_progress(
+            spark, settings.stream.query_name, on_progress))
+        self.query = job.start(spark, settings, self.outputs.write_batch, trigger=trigger,
+                               partition_metrics=self.outputs.wants_partition_metrics)
+        self.outputs.started(self.query.id)  # the checkpoint's id: the same across restarts
+        return self.query
+
+    def run(self, spark, trigger: Optional[dict] = None, name: str = "isr") -> int:
+        """Start, wait until the query ends or is stopped, close: the exit code
+        of stream/running.run_until_stopped."""
+        try:
+            self.start(spark, trigger)
+            return run_until_stopped(self.query, name, self.tally, spark)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """The run ended: every sink closes (its producer flushed, its server
+        and threads stopped), once."""
+        if not self._closed:
+            self._closed = True
+            self.outputs.close()
+
+    def __enter__(self) -> "StreamingPipeline":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+
+def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
+                 master: Optional[str] = None, tally: Optional[Sink] = None):
+    """Start the configured pipeline and return its query (tests, and callers
+    that wait for the query themselves; its sinks stay open)."""
+    return StreamingPipeline(settings, tally).start(spark, trigger, master)
+
+
+def watch_progress(spark, query_name: str, on_progress: Callable[[dict], None]) -> None:
+    """Call `on_progress(progress as a dict)` after each micro-batch of the query."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Listener(StreamingQueryListener):
+        def onQueryStarted(self, event):  # noqa: N802 - Spark's names
+            pass
+
+        def onQueryProgress(self, event):  # noqa: N802
+            if event.progress.name == query_name:
+                on_progress(json.loads(event.progress.json))
+
+        def onQueryIdle(self, event):  # noqa: N802
+            pass
+
+        def onQueryTerminated(self, event):  # noqa: N802
+            pass
+
+    spark.streams.addListener(Listener())
