@@ -75,7 +75,8 @@ def kafka_cluster():
     """A real Apache Kafka cluster (1 KRaft controller + 3 brokers, docs/real-kafka.md),
     one per test session. Skipped only when its jars are not cached and Maven
     Central is unreachable; any other reason it cannot start is a failure."""
-    from isr.kafka.cluster import KafkaCluster, MavenUnreachable
+    from isr.kafka.cluster import KafkaCluster
+    from isr.kafka.jars import MavenUnreachable
 
     cluster = KafkaCluster(kafka_test_config())
     try:

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-from isr.kafka.jars import (JMX_AGENT, JVM_DIR, POM, REPO, ClusterError,  # noqa: F401
-                            MavenUnreachable, check_cache, java_binary, kafka_version,
-                            resolve_jars)
+from isr.kafka.jars import (JMX_AGENT, JVM_DIR, REPO, ClusterError, java_binary,
+                            kafka_version, resolve_jars)
 
 LOG4J2 = JVM_DIR / "log4j2.xml"
 TOOLS_LOG4J2 = JVM_DIR / "tools-log4j2.xml"

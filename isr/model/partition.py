@@ -29,7 +29,8 @@ from isr.model.rules import (
     lag_ms,
     out_of_sync_from,
 )
-from isr.model.stall import FOLLOWER_FETCHES, LEADER_ACTIVITY, confirm_by, suspects_stall
+from isr.model.stall import (FOLLOWER_FETCHES, LEADER_ACTIVITY, confirm_by, stall_bound_ms,
+                             suspects_stall)
 
 # Outcomes other than "applied" (None). Ignored events are counted; rejected
 # ones go to the dead-letter sink with the message.
@@ -198,7 +199,7 @@ class PartitionModel:
         if ts > last:
             # the cheap part of suspects_stall first: this runs on every event
             rules = self.rules
-            if (last >= 0 and self.stall_check_at < 0 and ts - last > rules.replica_lag_time_max_ms
+            if (last >= 0 and self.stall_check_at < 0 and ts - last > stall_bound_ms(rules)
                     and suspects_stall(rules, last, ts,
                                        [self.followers[r] for r in self.isr if r != self.leader])):
                 self.stall_from = last
