@@ -102,7 +102,14 @@ def run_demo(config: Optional[str], overrides: list[str], duration: Optional[flo
     Maven (or the cached jars) are, else embedded, said in one line."""
     load_settings(config, DEMO_OVERRIDES + list(overrides))  # a mistake stops us before any start
     os.environ.setdefault("ISR_SPARK_LOG_LEVEL", "ERROR")  # keep the terminal readable
-    stages = Stages(console)
+    # The job's checkpoint lives as long as the demo: nothing is left in /tmp.
+    with tempfile.TemporaryDirectory(prefix="isr-demo-", ignore_cleanup_errors=True) as scratch:
+        overrides = [*overrides, f"stream.checkpoint_location={scratch}/checkpoint"]
+        return _run_demo(config, overrides, duration, Stages(console), broker_port, cluster)
+
+
+def _run_demo(config: Optional[str], overrides: list[str], duration: Optional[float],
+              stages: Stages, broker_port: Optional[int], cluster: str) -> int:
     if cluster != "embedded":
         from isr.commands.demo_kafka import FALL_BACK, run_kafka_demo, why_no_kafka
 
@@ -150,8 +157,7 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     settings: Settings = load_settings(config, DEMO_OVERRIDES + list(overrides) + [
-        f"kafka.bootstrap_servers={broker.bootstrap}",
-        f"stream.checkpoint_location={tempfile.mkdtemp(prefix='isr-demo-')}"])
+        f"kafka.bootstrap_servers={broker.bootstrap}"])
     topic = settings.input.topics[0]
     broker.create_topics([topic], 2)
     from isr.commands.simulate import feed_live

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Optional
@@ -98,8 +97,7 @@ def run_kafka_demo(config: Optional[str], overrides: list[str], duration: Option
             return FALL_BACK
         settings: Settings = load_settings(
             config, demo_overrides(cluster.conf.replica_lag_time_max_ms) + list(overrides) + [
-                f"kafka.bootstrap_servers={cluster.bootstrap}",
-                f"stream.checkpoint_location={tempfile.mkdtemp(prefix='isr-demo-')}"])
+                f"kafka.bootstrap_servers={cluster.bootstrap}"])
         # Spark's start (15-30 s) beside the cluster's: the first change comes sooner.
         spark = SparkStart(settings).begin()
         stages.print(f"starting a real Kafka {kafka_version()} cluster and Spark (20-40 s, more "

@@ -55,11 +55,19 @@ class StreamingPipeline:
             self.close()
 
     def close(self) -> None:
-        """The run ended: every sink closes (its producer flushed, its server
-        and threads stopped), once."""
-        if not self._closed:
-            self._closed = True
-            self.outputs.close()
+        """The run ended: the query stops if it still runs (no batch may reach
+        a closed sink, nor write to a checkpoint being removed), then every
+        sink closes (its producer flushed, its server and threads stopped),
+        once."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.query is not None and self.query.isActive:
+            try:
+                self.query.stop()
+            except Exception:  # noqa: BLE001 - stopping is all that is asked
+                pass
+        self.outputs.close()
 
     def __enter__(self) -> "StreamingPipeline":
         return self

@@ -153,14 +153,15 @@ def test_builtin_kafka_format_without_its_jar_fails_with_instructions(tmp_path):
     assert "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0" in out.stdout
 
 
-def test_demo_shows_its_stages_then_isr_changes_without_spark_warnings():
+def test_demo_shows_its_stages_then_isr_changes_without_spark_warnings(tmp_path):
     """`isr demo --cluster embedded` (where Java or Maven is missing) as a user runs it: numbered stage lines until the first ISR
     change, changes with milliseconds, no Spark WARN line on the terminal
     (stdout and stderr), and Ctrl-C stops it. It is stopped at the first
     change instead of after a fixed --duration: Spark's start takes 15 s to
     over a minute on a busy machine, the first change comes ~40 s after the
-    scenario starts."""
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    scenario starts. Its checkpoint goes with it: nothing is left in the
+    temporary directory."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, TMPDIR=str(tmp_path))
     env.pop("ISR_SPARK_LOG_LEVEL", None)  # the demo's own defaults, not the tests'
     proc = subprocess.Popen(
         [sys.executable, "-m", "isr.cli", "demo", "--cluster", "embedded", "--duration", "300",
@@ -202,6 +203,7 @@ def test_demo_shows_its_stages_then_isr_changes_without_spark_warnings():
     assert "log4j profile" not in out and "Setting default log level" not in out, out
     assert re.search(r"stopping \([1-9]\d* ISR changes shown\)", out), out
     assert stop_s < 30, f"Ctrl-C took {stop_s:.0f} s"
+    assert not list(tmp_path.glob("isr-demo-*")), out
 
 
 def _lines_of(proc) -> "queue.Queue[str]":
