@@ -388,7 +388,7 @@ def test_the_job_applies_fetch_sessions_across_a_restart_from_its_checkpoint(
     half = len(lines) // 2
     for part in (lines[:half], lines[half:]):
         workload.produce(broker.bootstrap, topic, part)
-        q = job.run_to_kafka(s, spark=spark, trigger={"availableNow": True})
+        q = run_to_kafka(s, spark=spark, trigger={"availableNow": True})
         q.awaitTermination()
         assert q.exception() is None
 
