@@ -9,9 +9,9 @@ clock (live streams only), and given its bucket (broker events and the
 end-of-input marker go to every bucket; a rejected record to one, which
 reports it) and its arrival order `seq`. A fetch session is split: each
 bucket gets one share of it, the request's header with only the partitions
-that bucket holds (`session_shares`; docs/streaming.md, "State"). Per
-source partition (a Kafka
-partition of the input, or a file) the largest ts of its accepted records
+that bucket holds (`session_shares`; docs/streaming.md, "Fetch sessions").
+Per source partition (a Kafka partition of the input, or a file) the
+largest ts of its accepted records
 goes to every bucket: each computes the same watermark from it
 (operator.py). No input, whatever its bytes, makes this raise.
 """
