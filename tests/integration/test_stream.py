@@ -344,7 +344,7 @@ def session_replay(session_file):
     return replay([str(session_file)], load_settings(None, SESSION_BASE).monitor)
 
 
-@pytest.mark.parametrize("limit", [97, 700])
+@pytest.mark.parametrize("limit", [250, 700])
 def test_replay_engine_spark_applies_fetch_sessions_as_local_does(spark, session_file,
                                                                   session_replay, limit):
     """Full and incremental requests, a forgotten partition, a skipped epoch,
