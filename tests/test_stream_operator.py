@@ -5,21 +5,31 @@ summaries, lateness, the state round trip, the end of input)."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import zlib
+from collections import Counter
+
+import msgspec
 
 import pytest
 from helpers import T0, append, broker, fetch, leader
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import session_streams
 
 from isr.config import MonitorSettings
+from isr.contract import DECISION_TYPES, decode, validate
 from isr.contract.fast import encode
+from isr.contract.policies import POLICIES
 from isr.engine import snapshot
 from isr.engine.local import LocalEngine
+from isr.engine.summary import model_stats
+from isr.pipeline.listeners import local_engine
 from isr.stream.operator import BucketProcessor, compress_state, decompress_state
 from isr.stream.throttle import StateThrottle
-from isr.stream.packing import END_OF_INPUT, END_OF_RUN, Packer, hold_of, unpack
+from isr.stream.packing import (END_OF_INPUT, END_OF_RUN, Packer, bucket_of, hold_of,
+                                session_home, unpack)
 
 MONITOR = MonitorSettings(allowed_lateness_ms=1000)
 
@@ -170,7 +180,7 @@ def test_end_of_input_flushes_and_reports_every_partition_and_a_summary():
     (state,) = of_kind(out, "partition_state")
     assert state["hw"] == 10 and state["isr"] == [1, 2]
     (summary,) = [json.loads(r.value) for r in out if r.kind == "summary"]
-    assert summary == {"kafka": [1, 0, 0]}
+    assert summary == {"models": {"kafka": [1, 0, 0]}, "session_anomalies": {}}
 
 
 def test_a_checkpoint_of_another_bucket_layout_stops_with_a_clear_error():
@@ -292,12 +302,126 @@ def test_touched_partitions_are_those_with_an_event_or_a_change():
     assert touched.take_touched() == []
 
 
-def test_a_fetch_session_is_a_dead_letter_in_the_spark_job_until_it_can_be_routed():
+# ---------------------------------------------------------------- fetch sessions
+def session_event(t, session_id, epoch, listed, forgotten=(), leader_id=1, replica=2):
+    """A fetch_session at T0 + t; listed: {partition: fetch_offset} of topic orders."""
+    return validate({"v": 1, "type": "fetch_session", "ts": T0 + t, "received_ts": T0 + t - 3,
+                     "leader": leader_id, "replica": replica, "broker_epoch": 5,
+                     "session_id": session_id, "session_epoch": epoch, "full": epoch in (0, -1),
+                     "partitions": [{"topic": "orders", "partition": p, "leader_epoch": 1,
+                                     "fetch_offset": o} for p, o in listed.items()],
+                     "forgotten": [{"topic": "orders", "partition": p} for p in forgotten]})
+
+
+def test_a_fetch_session_is_split_into_one_share_per_bucket_each_with_the_whole_header():
+    ev = session_event(100, 7, 3, {p: 10 * p for p in range(12)}, forgotten=[12, 13, 14])
+    raw = encode(ev)
+    buckets = 3
+    rows = pack([leader(0), ev], first_offset=40, buckets=buckets)
+    home = session_home("default", 1, buckets)
+    homes = []
+    for b in range(buckets):
+        table = unpack([r[1] for r in rows if r[0] == b]).to_pylist()
+        (share,) = [r for r in table if r["shared"]]  # one share per bucket, none skipped
+        assert (share["ts"], share["source"], share["offset"]) == (T0 + 100, "in/0", 41)
+        assert share["seq"] == unpack([rows[0][1]]).to_pylist()[-1]["seq"]  # the arrival order
+        got = decode(share["value"])
+        # The whole request's header ...
+        header = {k: v for k, v in msgspec.structs.asdict(got).items()
+                  if k not in ("partitions", "forgotten")}
+        assert header == {k: v for k, v in msgspec.structs.asdict(ev).items()
+                          if k not in ("partitions", "forgotten")}
+        # ... with the partitions this bucket holds, listed or forgotten.
+        assert [p.partition for p in got.partitions] == [
+            p for p in range(12) if bucket_of("default", "orders", p, buckets) == b]
+        assert [p.partition for p in got.forgotten] == [
+            p for p in range(12, 15) if bucket_of("default", "orders", p, buckets) == b]
+        if share["whole"] is not None:  # the record as it came, in one share only
+            assert share["whole"] == raw
+            homes.append(b)
+    assert homes == [home]
+    assert len({bucket_of("default", "orders", p, buckets) for p in range(12)}) == buckets
+
+
+def test_a_session_anomaly_and_a_late_session_record_are_reported_once_by_the_buckets():
+    """Every bucket applies its share of a request of an unknown session (a
+    new session starts in each), but only the session's home bucket counts
+    the anomaly; a late session record is one dead letter naming the record."""
     p = BucketProcessor(MONITOR)
-    bucket = p.restore(None)
-    session = (b'{"v":1,"type":"fetch_session","ts":1800000000100,"leader":1,"replica":2,'
-               b'"session_id":7,"session_epoch":0,"full":true,"partitions":[]}')
-    out = process(p, bucket, [pack([leader(0), session], buckets=1)])
-    (dead,) = of_kind(out, "dead_letter")
-    assert (dead["reason_class"], dead["offset"]) == ("unsupported", 1)
-    assert "isr replay" in dead["reason"]
+    buckets = 3
+    parts = [leader(0, replicas=[1, 2], isr=[1, 2], partition=q) for q in range(6)]
+    first = pack(parts + [session_event(100, 9, 4, {q: 0 for q in range(6)}),
+                          append(5000, 0)], buckets=buckets, end_ts=None)
+    late = session_event(200, 9, 5, {0: 0})
+    second = pack([late], first_offset=20, buckets=buckets)
+    dead, anomalies = [], Counter()
+    for b in range(buckets):
+        bucket = p.restore(None, (b, buckets))
+        process(p, bucket, [first], b)
+        bucket = p.restore(p.save(bucket), (b, buckets))
+        dead += of_kind(process(p, bucket, [second], b), "dead_letter")
+        anomalies.update(bucket.engine.session_driver.sessions.anomalies)
+        assert [s.session_id for s in bucket.engine.session_driver.sessions.by_id.values()] == [9]
+    assert anomalies == {"unknown_session": 1}
+    (d,) = dead
+    assert (d["reason_class"], d["offset"], json.loads(d["raw"])) == (
+        "late", 20, json.loads(encode(late)))
+
+
+def _bucket_outputs(monitor, events, buckets, cuts):
+    """The Spark job's stages without Spark: each batch packed as one file
+    task, every bucket processed and its state saved and restored."""
+    p = BucketProcessor(monitor)
+    states = [None] * buckets
+    out = []
+    bounds = sorted({min(c, len(events)) for c in cuts} | {len(events)})
+    start = 0
+    for end in bounds:
+        last = end == len(events)
+        task = pack(events[start:end], first_offset=start, topic="e.jsonl", partition=-1,
+                    buckets=buckets, end_ts=max(e.ts for e in events) if last else None)
+        for b in range(buckets):
+            bucket = p.restore(states[b], (b, buckets))
+            out += process(p, bucket, [task], b)
+            states[b] = p.save(bucket)
+        start = end
+    return out
+
+
+@settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(session_streams(), st.integers(2, 4), st.lists(st.integers(0, 50), max_size=3))
+def test_buckets_applying_session_shares_decide_as_one_engine(events, buckets, cuts):
+    """Each bucket holds some partitions and every session's header: together
+    they decide, end in the states and count the anomalies and model
+    statistics that one engine over all partitions does (isr replay)."""
+    # (Not propagation "zk": its model is per leader broker across partitions,
+    # which buckets split whatever the input; see docs/streaming.md.)
+    monitor = MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000,
+                              allowed_lateness_ms=1000)
+    ref = local_engine(monitor)
+    for seq, ev in enumerate(events):
+        ref.submit(ev, seq)
+    ref.finish()
+    expected = sorted(d.model_dump_json() for d in ref.take_decisions())
+
+    out = _bucket_outputs(monitor, events, buckets, cuts)
+    decided = sorted(r.value for r in out if r.kind in DECISION_TYPES
+                     and r.kind not in ("partition_state", "dead_letter"))
+    assert [json.loads(v) for v in decided] == [json.loads(v) for v in expected]
+    assert not of_kind(out, "dead_letter")
+    summaries = [json.loads(r.value) for r in out if r.kind == "summary"]
+    assert len(summaries) == buckets
+    anomalies = sum((Counter(s["session_anomalies"]) for s in summaries), Counter())
+    assert anomalies == ref.session_driver.sessions.anomalies
+    totals = {policy: [sum(s["models"][policy][i] for s in summaries) for i in range(3)]
+              for policy in monitor.policy}
+    assert totals == model_stats(ref)
+    final = {}
+    for r in out:
+        if r.kind == "partition_state":
+            st_ = json.loads(r.value)
+            final[(st_.get("policy"), st_["topic"], st_["partition"])] = st_
+    assert sorted(final.values(), key=lambda s: (POLICIES.index(s["policy"]), s["topic"],
+                                                 s["partition"])) == [
+        json.loads(s.model_dump_json()) for s in ref.states()]

@@ -33,7 +33,7 @@ the fetches skipped still count as the leader's activity.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from isr.contract.fast import STRUCTS
 from isr.model.session import FINAL_EPOCH, Session, Sessions, next_epoch
@@ -70,6 +70,11 @@ class SessionDriver:
         self.sessions = Sessions()
         self.exact_fetches = 0  # unlisted partitions' fetches applied (a statistic, not state)
         self.stall_bound_ms = stall_bound_ms(engine.rules[engine.policies[0]])
+        # Whether this engine counts a request's session anomaly. An engine
+        # that holds only some partitions (a Spark bucket) still sees every
+        # session request, so every bucket meets the anomaly and handles it
+        # alike; only one of them counts it (stream/operator.py).
+        self.counts_anomaly: Callable[[Any], bool] = _always
 
     # ------------------------------------------------------------ one event
     def apply(self, ev) -> Optional[tuple[str, str]]:
@@ -78,7 +83,7 @@ class SessionDriver:
         S.order += 1
         entry = (ev.ts, ev.fetch_ts, -2 if ev.broker_epoch is None else ev.broker_epoch, S.order)
         session, replaced, anomaly = S.resolve(ev)
-        if anomaly is not None:
+        if anomaly is not None and self.counts_anomaly(ev):
             S.anomalies[anomaly] += 1
         if replaced is not None:
             self.close(replaced)
@@ -250,6 +255,10 @@ class SessionDriver:
 
     def from_list(self, values: list) -> None:
         self.sessions = Sessions.from_list(values)
+
+
+def _always(_ev) -> bool:
+    return True
 
 
 class _Sessionless:

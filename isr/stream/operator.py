@@ -35,7 +35,7 @@ from isr.engine.summary import model_stats
 from isr.errors import CheckpointError
 from isr.gc_tuning import fewer_gc_passes
 from isr.pipeline.listeners import standard_listeners
-from isr.stream.packing import END_OF_RUN, PACK_COLUMNS, hold_of, unpack
+from isr.stream.packing import END_OF_RUN, PACK_COLUMNS, hold_of, session_home, unpack
 from isr.stream.throttle import StateThrottle
 
 STATE_SCHEMA = "engine binary"
@@ -148,7 +148,9 @@ class BucketProcessor:
         cols = {name: table.column(name).to_pylist() for name in PACK_COLUMNS}
         sources, offsets, reasons = cols["source"], cols["offset"], cols["reason"]
         ts_of = cols["ts"]
+        shared, wholes = cols["shared"], cols["whole"]
         submit = engine.submit_raw
+        self._speak_for_sessions(engine, bucket.layout)
         for i, value in enumerate(cols["value"]):
             end = cols["end_ts"][i]
             if end is not None:
@@ -162,17 +164,20 @@ class BucketProcessor:
                 flush = True
                 continue
             origin = (sources[i], offsets[i], value)
+            if shared[i]:  # one bucket's share of a fetch session: one bucket reports it
+                whole = wholes[i]
+                origin = None if whole is None else (sources[i], offsets[i], whole)
             # Validated by the packing stage: decoded when the watermark releases it.
             outcome = submit(ts_of[i], value, cols["seq"][i], origin)
-            if outcome.status == LATE:
+            if outcome.status == LATE and origin is not None:
                 dead.append(DeadLetter.of(*origin, outcome.reason, LATE))
-        engine.on_reject = lambda origin, reason: dead.append(
+        engine.on_reject = lambda origin, reason: origin is not None and dead.append(
             DeadLetter.of(*origin, reason, "model"))
         try:
             if end_ts is not None:
                 engine.finish(until=end_ts)
                 stats = OutputRecord(SUMMARY, str(bucket_id), f"summary/{bucket_id}", end_ts,
-                                     json.dumps(model_stats(engine)))
+                                     json.dumps(bucket_summary(engine)))
                 bucket.touched.take_touched()
                 bucket.touched.all_sent(engine.models(), engine.max_ts)
                 return self._emit(engine, engine.states(), dead, [stats])
@@ -193,6 +198,17 @@ class BucketProcessor:
             engine.on_reject = None
 
     @staticmethod
+    def _speak_for_sessions(engine: LocalEngine, layout: Optional[tuple[int, int]]) -> None:
+        """Every bucket applies every fetch session (its share of it), so all
+        meet the same session anomalies; only the session's home bucket
+        counts them (packing.session_home), so the job counts each once."""
+        if layout is None:
+            return  # a bucket on its own (tests, benchmarks): it counts all
+        index, buckets = layout
+        engine.session_driver.counts_anomaly = (
+            lambda ev: session_home(ev.cluster, ev.leader, buckets) == index)
+
+    @staticmethod
     def _models(engine: LocalEngine, key: tuple):
         for policy in engine.policies:
             m = engine.partitions[policy].get(key)
@@ -205,6 +221,13 @@ class BucketProcessor:
         out.extend(to_record(s, self.several) for s in states)
         out.extend(to_record(d) for d in dead)
         return out
+
+
+def bucket_summary(engine: LocalEngine) -> dict:
+    """The SUMMARY record's value: the bucket's model statistics, and the
+    fetch-session anomalies it counted (replay_spark.collect adds them up)."""
+    return {"models": model_stats(engine),
+            "session_anomalies": dict(engine.session_driver.sessions.anomalies)}
 
 
 def make_state_function(monitor: MonitorSettings, labels: Sequence[int],

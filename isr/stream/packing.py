@@ -7,8 +7,11 @@ Per record: it is decoded (a rejection keeps its one-line reason), refused as
 `future` when it is more than `monitor.max_future_ms` ahead of the micro-batch's
 clock (live streams only), and given its bucket (broker events and the
 end-of-input marker go to every bucket; a rejected record to one, which
-reports it) and its arrival order `seq`. Per source partition (a Kafka
-partition of the input, or a file) the largest ts of its accepted records
+reports it) and its arrival order `seq`. A fetch session is split: each
+bucket gets one share of it, the request's header with only the partitions
+that bucket holds (`session_shares`; docs/streaming.md, "Fetch sessions").
+Per source partition (a Kafka partition of the input, or a file) the
+largest ts of its accepted records
 goes to every bucket: each computes the same watermark from it
 (operator.py). No input, whatever its bytes, makes this raise.
 """
@@ -19,11 +22,13 @@ import zlib
 from functools import lru_cache
 from typing import Iterator, Optional, Sequence
 
+import msgspec
 import orjson
 
 from isr.contract import Rejection
 from isr.contract.decode import decode_many
-from isr.contract.events import BROKER, SCOPE
+from isr.contract.events import BROKER, LEADER, SCOPE
+from isr.contract.fast import ENCODER, encode
 from isr.engine.sequencer import FUTURE, future_reason, is_future
 
 # Records that are not events, made by the monitor's own sources; a Kafka
@@ -38,10 +43,6 @@ END_OF_INPUT = b"\x00isr:end-of-input"
 # Not an end of input: the events still queued for the watermark stay queued.
 END_OF_RUN = b"\x00isr:end-of-run"
 
-SESSION_UNSUPPORTED = ("fetch_session events are not applied by the Spark job yet (isr replay "
-                       "applies them); send per-partition fetch events to `isr run`")
-
-
 def is_end_of_input(value, partition: int) -> bool:
     return partition < 0 and value == END_OF_INPUT
 
@@ -52,9 +53,12 @@ def is_data_loss(partition: int, offset: int) -> bool:
 PACKED_SCHEMA = "bucket int, pack binary, summary binary"
 # The packed records, per bucket (name -> Arrow type). `reason` is set for a
 # record that is rejected already; `end_ts` for the end-of-input marker.
+# `shared`: the row is one bucket's share of a record split across buckets
+# (a fetch session); `whole`: that record as it came, in the one share that
+# reports it (a dead letter names the record, once), null in the others.
 PACK_TYPES = {"ts": "int64", "seq": "int64", "value": "binary", "source": "string",
               "offset": "int64", "reason": "string", "reason_class": "string",
-              "end_ts": "int64"}
+              "end_ts": "int64", "shared": "bool", "whole": "binary"}
 PACK_COLUMNS = list(PACK_TYPES)
 
 
@@ -79,6 +83,36 @@ def stable_hash(text: str) -> int:
 def bucket_of(cluster: str, topic: str, partition: int, buckets: int) -> int:
     """The bucket that holds a monitored partition (the same on every run)."""
     return stable_hash(f"{cluster}\x00{topic}\x00{partition}") % buckets
+
+
+@lru_cache(maxsize=4096)
+def session_home(cluster: str, leader: int, buckets: int) -> int:
+    """The bucket that speaks for a leader's fetch sessions: it counts their
+    anomalies and reports a session record's dead letter, so each is counted
+    once per job although every bucket applies the session (operator.py)."""
+    return stable_hash(f"{cluster}\x00leader/{leader}") % buckets
+
+
+def session_shares(event, buckets: int) -> list[bytes]:
+    """A fetch_session as one event per bucket: the same request (leader,
+    replica, times, broker epoch, session id and epoch, full or not) listing
+    and forgetting only the partitions that bucket holds (`bucket_of`).
+    Every bucket gets its share, even one that lists nothing (an incremental
+    request listing nothing is common in Kafka): each bucket's sessions then
+    see every session epoch and fetch time, so all resolve each request
+    alike and fetch their own partitions at the session's times."""
+    listed: list[list] = [[] for _ in range(buckets)]
+    forgotten: list[list] = [[] for _ in range(buckets)]
+    cluster = event.cluster
+    for p in event.partitions:
+        listed[bucket_of(cluster, p.topic, p.partition, buckets)].append(p)
+    for p in event.forgotten:
+        forgotten[bucket_of(cluster, p.topic, p.partition, buckets)].append(p)
+    if isinstance(event, msgspec.Struct):
+        return [ENCODER.encode(msgspec.structs.replace(event, partitions=mine, forgotten=gone))
+                for mine, gone in zip(listed, forgotten)]
+    return [encode(event.model_copy(update={"partitions": mine, "forgotten": gone}))
+            for mine, gone in zip(listed, forgotten)]
 
 
 @lru_cache(maxsize=4096)
@@ -129,12 +163,12 @@ class Packer:
             where = _line(key) if partition < 0 else offset
             seq = arrival_seq(source, offset)
             if partition < 0 and value == END_OF_RUN:  # to every bucket, like end of input
-                row = (None, seq, value, source, where, None, None, None)
+                row = (None, seq, value, source, where, None, None, None, None, None)
                 for b in everyone:
                     rows[b].append(row)
                 continue
             if partition < 0 and is_end_of_input(value, partition):
-                row = (None, seq, value, source, where, None, None, _line(key))
+                row = (None, seq, value, source, where, None, None, _line(key), None, None)
                 for b in everyone:
                     rows[b].append(row)
                 continue
@@ -143,14 +177,10 @@ class Packer:
             elif isinstance(event, Rejection) or clock_ms is not None:
                 event, reason, reason_class = self._judge(event, clock_ms)
             # else: a valid event, and no clock to judge it against
-            if event is not None and event.type == "fetch_session":
-                # Its partitions span buckets: the stream waits for the state
-                # keyed by leader (issue 23); isr replay applies it.
-                event, reason, reason_class = None, SESSION_UNSUPPORTED, "unsupported"
             if event is None:
                 home = stable_hash(f"{source}@{offset}") % n
                 rows[home].append((None, seq, value, source, where, reason, reason_class,
-                                   None))
+                                   None, None, None))
                 continue
             ts = event.ts
             seen = latest.get(source)
@@ -158,8 +188,15 @@ class Packer:
                 latest[source] = [ts, bool(more)]
             elif ts > seen[0]:
                 seen[0] = ts
-            row = (ts, seq, value, source, where, None, None, None)
-            if SCOPE[event.type] == BROKER:  # every partition of its cluster
+            scope = SCOPE[event.type]
+            if scope == LEADER:  # a fetch session: a share to every bucket
+                home = session_home(event.cluster, event.leader, n)
+                for b, share in enumerate(session_shares(event, n)):
+                    rows[b].append((ts, seq, share, source, where, None, None, None, True,
+                                    value if b == home else None))
+                continue
+            row = (ts, seq, value, source, where, None, None, None, None, None)
+            if scope == BROKER:  # every partition of its cluster
                 for b in everyone:
                     rows[b].append(row)
             else:

@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from typing import Optional
 
 from isr.config import Settings
@@ -104,16 +105,19 @@ def collect(records: list[OutputRecord], settings: Settings, lines: int = 0,
     """Turn the job's output records (and the dead letters judged before)
     into what `isr replay` prints."""
     decisions, states, stats = [], {}, {}
+    anomalies: Counter = Counter()
     dead = list(dead or [])
     for r in records:
         kind, value = r.kind, r.value
         if kind in INTERNAL_KINDS:
             if kind != SUMMARY:
                 continue
-            for policy, numbers in json.loads(value).items():
+            summary = json.loads(value)  # operator.bucket_summary
+            for policy, numbers in summary["models"].items():
                 total = stats.setdefault(policy, [0, 0, 0])
                 for i, n in enumerate(numbers):
                     total[i] += n
+            anomalies.update(summary["session_anomalies"])  # each counted in one bucket
             continue
         record = DECISION_TYPES[kind].model_validate_json(value)
         if kind == "partition_state":
@@ -126,7 +130,8 @@ def collect(records: list[OutputRecord], settings: Settings, lines: int = 0,
     order = {p: i for i, p in enumerate(settings.monitor.policy)}
     final = [states[k] for k in sorted(states, key=lambda k: (order[k[0]], k[1:]))]
     dead.sort(key=lambda d: (d.source, d.offset))
-    replay_stats = ReplayStats(lines=lines, accepted=lines - len(dead))
+    replay_stats = ReplayStats(lines=lines, accepted=lines - len(dead),
+                               session_anomalies=anomalies)
     for d in dead:
         replay_stats.dead_letters[d.reason_class] += 1
     policies = list(settings.monitor.policy)

@@ -12,11 +12,13 @@ import workload
 from recording_sink import RecordingSink
 
 from isr.config import load_settings
-from isr.contract import validate
+from isr.contract import Rejection, validate
+from isr.contract.policies import POLICIES
 from isr.pipeline.listeners import local_engine
 from isr.pipeline.local import replay
 from isr.pipeline.streaming import StreamingPipeline, run_to_kafka
 from isr.stream import buckets, job
+from isr.stream.packing import bucket_of, session_home
 from isr.stream.replay_spark import replay_spark
 from isr.sinks.kafka import read_to_end
 
@@ -323,3 +325,89 @@ def test_fifty_thousand_partitions_with_few_events_each_decide_as_the_local_engi
         d.model_dump_json() for d in local.decisions]
     assert [s.model_dump_json() for s in remote.states] == [
         s.model_dump_json() for s in local.states]
+
+
+# ---------------------------------------------------------------- fetch sessions
+# Every policy, 3 buckets: each leader's sessions span buckets (workload.session_events).
+SESSION_BASE = BASE + ["monitor.policy=" + ",".join(POLICIES), "stream.state_buckets=3"]
+
+
+@pytest.fixture(scope="module")
+def session_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sessions") / "sessions.jsonl"
+    workload.write_file(path, workload.session_lines())
+    return path
+
+
+@pytest.fixture(scope="module")
+def session_replay(session_file):
+    return replay([str(session_file)], load_settings(None, SESSION_BASE).monitor)
+
+
+@pytest.mark.parametrize("limit", [250, 700])
+def test_replay_engine_spark_applies_fetch_sessions_as_local_does(spark, session_file,
+                                                                  session_replay, limit):
+    """Full and incremental requests, a forgotten partition, a skipped epoch,
+    an unknown session, a partition changing leader, an invalid request:
+    the job's buckets (each with its share of every request) decide, end in
+    the states and count what one engine does, whatever the micro-batches."""
+    local = session_replay
+    # Leader 1's sessions span buckets, and its home bucket (which counts its
+    # skipped epoch) holds none of its partitions: it has the headers only.
+    assert {bucket_of("default", "orders", p, 3) for p in (0, 4, 8)} == {0, 2}
+    assert session_home("default", 1, 3) == 1
+    remote = replay_spark([str(session_file)], load_settings(None, SESSION_BASE), spark=spark,
+                          max_offsets_per_trigger=limit)
+    dump = lambda rs: "".join(r.model_dump_json() + "\n" for r in rs)  # noqa: E731
+    assert dump(remote.decisions) == dump(local.decisions)
+    assert dump(remote.states) == dump(local.states)
+    assert dump(remote.dead_letters) == dump(local.dead_letters)
+    assert [vars(r) for r in remote.summary] == [vars(r) for r in local.summary]
+    # Each anomaly counted once, though every bucket met it.
+    assert remote.stats.session_anomalies == local.stats.session_anomalies == {
+        "session_epoch_skipped": 1, "unknown_session": 1}
+    (dead,) = remote.dead_letters  # the invalid request: one dead letter, not one per bucket
+    assert (dead.reason_class, dead.offset) == ("invalid", 41)
+    # The anomalies and the stopped fetches decide: shrinks and alerts.
+    shrunk = {(d.policy, d.partition) for d in local.decisions if d.type == "isr_change"}
+    assert {("kafka", 0), ("kafka", 6), ("kip16", 1), ("legacy", 9)} <= shrunk
+    assert any(d.type == "alert" for d in local.decisions)
+
+
+def test_the_job_applies_fetch_sessions_across_a_restart_from_its_checkpoint(
+        broker, spark, tmp_path):
+    """Half the session input, the job stops; the rest, the job restarts from
+    its checkpoint (sessions, pending fetches and queued requests in each
+    bucket's state): the changes, alerts, dead letters and final states of
+    one local engine over the whole input."""
+    s = settings_for(broker, tmp_path, *SESSION_BASE[len(BASE):],
+                     "input.max_offsets_per_trigger=300")
+    topic = s.input.topics[0]
+    broker.create_topics([topic], 1)
+    lines = workload.session_lines()
+    half = len(lines) // 2
+    for part in (lines[:half], lines[half:]):
+        workload.produce(broker.bootstrap, topic, part)
+        q = run_to_kafka(s, spark=spark, trigger={"availableNow": True})
+        q.awaitTermination()
+        assert q.exception() is None
+
+    engine = local_engine(s.monitor)
+    events = [validate(json.loads(line)) for line in lines]
+    for seq, ev in enumerate(events):
+        if not isinstance(ev, Rejection):
+            engine.submit(ev, seq)
+    engine.advance_watermark()  # where the stream's last watermark is
+    expected = sorted((json.loads(d.model_dump_json()) for d in engine.take_decisions()),
+                      key=lambda d: d["id"])
+    changes = sorted(records(broker, s.output.changes_topic), key=lambda d: d["id"])
+    assert changes == [d for d in expected if d["type"] == "isr_change"]
+    assert len(changes) >= 20
+    alerts = sorted(records(broker, s.output.alerts_topic), key=lambda d: d["id"])
+    assert alerts == [d for d in expected if d["type"] == "alert"]
+    (dead,) = records(broker, s.output.dead_letter_topic)
+    assert dead["raw"] == workload.BAD_SESSION.decode() and dead["reason_class"] == "invalid"
+    latest = {(st["policy"], st["topic"], st["partition"]): st
+              for st in records(broker, s.output.state_topic)}
+    assert latest == {(m.rules.policy, m.topic, m.partition): json.loads(m.view().model_dump_json())
+                      for m in engine.models()}

@@ -181,3 +181,99 @@ def assert_outputs_equal_replay(broker, name: str, expected: dict) -> None:
     alerts = sorted(records(broker, f"{name}.alerts"), key=lambda d: d["id"])
     assert alerts == expected["alert"]
     assert sorted(d["reason"] for d in records(broker, f"{name}.dead")) == expected["dead"]
+
+
+# ---------------------------------------------------------------- fetch sessions
+SESSION_PARTITIONS = 12  # leaders 1..4, three partitions each: each session spans buckets
+BAD_SESSION = (b'{"v":1,"type":"fetch_session","ts":%d,"leader":1,"replica":2,"session_id":5,'
+               b'"session_epoch":3,"full":true,"partitions":[]}' % (T0 + 1000))
+
+
+def session_events(seconds: int = 60, step_ms: int = 500) -> list[dict]:
+    """Followers fetching through fetch sessions (KIP-227), one request per
+    leader/follower pair every step: a full request first (session id 0,
+    bound by the next request's id), then incremental ones listing only the
+    partitions whose fetch offset moved. Even partitions are produced to,
+    odd ones are idle after their first append (listed by no request, still
+    fetched by their sessions). Along the way: a request the monitor missed
+    (a skipped session epoch, 20 s), a follower that forgets a partition (25 s),
+    a session the monitor never saw open (an unknown session id, 30 s), a
+    partition whose leader moves (35 s: the old leader's followers forget it,
+    the new leader's add it or open a session) and a broker whose follower
+    fetches stop (broker 4 from 45 s)."""
+    replicas = {p: [1 + p % 4, 1 + (p + 1) % 4, 1 + (p + 2) % 4]
+                for p in range(SESSION_PARTITIONS)}
+    lead = {p: r[0] for p, r in replicas.items()}
+    epoch = {p: 1 for p in replicas}
+    leo = {p: 0 for p in replicas}
+    seen = {(p, r): 0 for p, rs in replicas.items() for r in rs}  # a follower's LEO
+    out = [{"v": 1, "type": "leader", "ts": T0, "topic": "orders", "partition": p,
+            "leader": lead[p], "leader_epoch": 1, "replicas": rs, "isr": rs,
+            "leader_epoch_start_offset": 0} for p, rs in replicas.items()]
+    sessions: dict[tuple, dict] = {}  # (leader, follower) -> {"id", "epoch", "cached"}
+    next_id = 100
+    forget: dict[tuple, list] = {}  # (leader, follower) -> partitions to forget next
+    stopped: set[tuple] = set()  # (partition, follower) no longer fetched
+    for t in range(step_ms, seconds * 1000 + 1, step_ms):
+        ts = T0 + t
+        if t == 35_000:  # partition 2 moves from leader 3 to leader 4
+            old = lead[2]
+            lead[2], epoch[2] = 4, 2
+            out.append({"v": 1, "type": "leader", "ts": ts, "topic": "orders", "partition": 2,
+                        "leader": 4, "leader_epoch": 2, "replicas": replicas[2],
+                        "isr": replicas[2], "leader_epoch_start_offset": leo[2]})
+            for r in replicas[2]:
+                if r != old:
+                    forget.setdefault((old, r), []).append(2)
+        if t == 25_000:  # follower 2 stops fetching partition 0 from leader 1
+            forget.setdefault((1, 2), []).append(0)
+            stopped.add((0, 2))
+        for p in replicas:
+            if p % 2 == 0 or t == step_ms:
+                leo[p] += 3
+                out.append({"v": 1, "type": "append", "ts": ts, "topic": "orders",
+                            "partition": p, "leader": lead[p], "leader_epoch": epoch[p],
+                            "leader_leo": leo[p]})
+        pairs = sorted({(lead[p], r) for p, rs in replicas.items() for r in rs if r != lead[p]})
+        for pair in pairs:
+            leader_id, follower = pair
+            if follower == 4 and t >= 45_000:
+                continue  # broker 4 stops fetching
+            mine = [p for p in replicas if lead[p] == leader_id and follower in replicas[p]
+                    and (p, follower) not in stopped]
+            s = sessions.get(pair)
+            gone = [p for p in forget.pop(pair, []) if s is not None and p in s["cached"]]
+            if s is None:
+                sessions[pair] = s = {"id": 0, "epoch": 0, "cached": {}}
+            listed = []
+            for p in mine:
+                offset = seen[(p, follower)]
+                if s["epoch"] == 0 or s["cached"].get(p) != offset:
+                    listed.append({"topic": "orders", "partition": p, "leader_epoch": epoch[p],
+                                   "fetch_offset": offset, "leader_leo": leo[p]})
+                    s["cached"][p] = offset
+                seen[(p, follower)] = leo[p]
+            for p in gone:
+                del s["cached"][p]
+            request = {"v": 1, "type": "fetch_session", "ts": ts + 1, "received_ts": ts,
+                       "leader": leader_id, "replica": follower, "broker_epoch": 7,
+                       "session_id": s["id"], "session_epoch": s["epoch"],
+                       "full": s["epoch"] == 0, "partitions": listed,
+                       "forgotten": [{"topic": "orders", "partition": p} for p in gone]}
+            if s["epoch"] == 0:
+                s["id"], next_id = next_id, next_id + 1  # the response assigns it
+            s["epoch"] += 1
+            if pair == (1, 3) and t == 20_000:
+                continue  # the monitor misses this request: the next skips an epoch
+            if pair == (2, 3) and t == 30_000:
+                # The follower had opened a new session the monitor did not see.
+                s["id"], s["epoch"] = 999, 6
+                request.update(session_id=999, session_epoch=5, full=False)
+            out.append(request)
+    return out
+
+
+def session_lines() -> list[bytes]:
+    data = [orjson.dumps(e) for e in session_events()]
+    data.insert(40, BAD_SESSION)
+    return data
