@@ -103,10 +103,13 @@ class SessionDriver:
             session.add(entry)
             end = session.end
             parts = self.engine.partitions
+            touch = self.engine.deadlines.touch
             for p in ev.partitions:
                 key = (ev.cluster, p.topic, p.partition)
                 for models in parts.values():
-                    models[key].sessions[session.sid] = [session.replica, end]
+                    m = models[key]
+                    m.sessions[session.sid] = [session.replica, end]
+                    touch(m)  # a new link: its pending fetches may differ
             if len(session.log) > 2 * len(session.cached) + 64:
                 self.catch_up_session(session)
                 session.truncate()
@@ -148,6 +151,7 @@ class SessionDriver:
             if m is not None and session.sid in m.sessions:
                 self.catch_up(m)
                 del m.sessions[session.sid]
+                self.engine.deadlines.touch(m)
         del session.cached[tp]
 
     def close(self, session: Session) -> None:
@@ -160,6 +164,7 @@ class SessionDriver:
                 m = models.get(key)
                 if m is not None:
                     m.sessions.pop(session.sid, None)
+                    self.engine.deadlines.touch(m)
         self.sessions.close(session)
 
     def catch_up_session(self, session: Session) -> None:
@@ -184,6 +189,8 @@ class SessionDriver:
         streams = [[by_sid[sid], link, True] for sid, link in m.sessions.items()
                    if link[1] < by_sid[sid].end]
         engine = self.engine
+        if engine.reached >= 0:
+            engine._settle(m)  # the checks the deadline index let it skip
         brokers = engine._brokers_of(m.cluster)
         last_run = -1  # the last instant run: one found again is not run twice
         while True:
@@ -211,6 +218,41 @@ class SessionDriver:
             if nxt is None:
                 return
             self._apply_entry(m, nxt, nxt[1][1])
+
+    def is_steady(self, m) -> bool:
+        """Whether every fetch `m`'s sessions may log for it, until something
+        else touches it, can only move a follower's times: the follower is in
+        the ISR at the offset its session holds (no LEO, leader LEO or HW
+        change, no expansion), the fetch is of the current leader and epoch
+        and not stale (nothing ignored), no KIP-501 fetch is pending, no
+        leader stall awaits confirmation, and no listener wants every fetch. Then catching up can wait for the
+        model's next instant (deadlines.py); those fetches only put it off.
+        A fetch of another broker epoch or after a gap is applied at once
+        for every partition of its session anyway (`_is_hard`)."""
+        engine = self.engine
+        if m.leader < 0 or m.stall_check_at >= 0 or not engine.skips_quiet_fetches(m):
+            return False  # a fetch may be ignored, confirm a stall, or be heard
+        by_sid, tp = self.sessions.by_sid, (m.topic, m.partition)
+        brokers = engine.brokers.get(m.cluster)
+        stale = brokers is not None and brokers.states
+        for sid, link in m.sessions.items():
+            session = by_sid.get(sid)
+            if session is None:
+                return False
+            held = session.cached.get(tp)
+            if held is None:
+                continue  # its fetches are not this partition's
+            replica = link[0]
+            f = m.followers.get(replica)
+            if (f is None or session.leader != m.leader or held[0] != m.leader_epoch
+                    or f.leo != held[1] or held[1] > m.leader_leo or f.pending_offset >= 0
+                    or replica not in m.isr):
+                return False
+            if stale:
+                epoch = session.log[-1][2] if session.log else f.broker_epoch
+                if brokers.is_stale_fetch(replica, -1 if epoch == -2 else epoch):
+                    return False
+        return True
 
     def _jump(self, m, steady: list, ts: int, order: int) -> bool:
         """Move each steady follower to its last pending fetch at or before
