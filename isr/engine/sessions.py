@@ -70,6 +70,9 @@ class SessionDriver:
         self.sessions = Sessions()
         self.exact_fetches = 0  # unlisted partitions' fetches applied (a statistic, not state)
         self.stall_bound_ms = stall_bound_ms(engine.rules[engine.policies[0]])
+        # Per session serial, its last fetch, also once its log is truncated
+        # (for the deadline index; not state: unknown after a restore).
+        self.last: dict[int, tuple] = {}
 
     # ------------------------------------------------------------ one event
     def apply(self, ev) -> Optional[tuple[str, str]]:
@@ -92,7 +95,7 @@ class SessionDriver:
             session.epoch = next_epoch(ev.session_epoch)
             for p in ev.forgotten:
                 self._forget(session, (p.topic, p.partition))
-            if session.log and self._is_hard(session, entry):
+            if session.log and self._is_hard(session.log[-1], entry):
                 self.catch_up_session(session)
         first_problem = None
         for p in ev.partitions:
@@ -100,8 +103,13 @@ class SessionDriver:
             if problem is not None and first_problem is None:
                 first_problem = problem
         if session is not None:
+            if self._is_hard(self.last.get(session.sid), entry):
+                # Pending for every partition it does not list, and to be
+                # applied exactly: they must be visited (deadlines.py).
+                self._touch_session(session)
             session.add(entry)
             end = session.end
+            self.last[session.sid] = entry
             parts = self.engine.partitions
             touch = self.engine.deadlines.touch
             for p in ev.partitions:
@@ -130,13 +138,13 @@ class SessionDriver:
             return ("ignored", REJECTED_IN_SESSION)
         return None
 
-    def _is_hard(self, session: Session, entry: tuple) -> bool:
+    def _is_hard(self, previous: Optional[tuple], entry: tuple) -> bool:
         """A fetch that must be applied exactly for every partition: another
-        broker epoch than the session's last fetch, or one a listener would
-        see as slow."""
-        if entry[2] != session.log[-1][2]:
+        broker epoch than the session's previous fetch, or one a listener would
+        see as slow (the previous fetch unknown: taken as such)."""
+        if previous is None or entry[2] != previous[2]:
             return True
-        if entry[0] - session.log[-1][0] > self.stall_bound_ms:
+        if entry[0] - previous[0] > self.stall_bound_ms:
             return True  # the leader may have stalled (isr/model/stall.py)
         bound = self.engine.quiet_serve_ms
         return bound is not None and entry[0] - entry[1] > bound
@@ -166,6 +174,16 @@ class SessionDriver:
                     m.sessions.pop(session.sid, None)
                     self.engine.deadlines.touch(m)
         self.sessions.close(session)
+        self.last.pop(session.sid, None)
+
+    def _touch_session(self, session: Session) -> None:
+        touch = self.engine.deadlines.touch
+        for tp in session.cached:
+            key = (session.cluster, *tp)
+            for models in self.engine.partitions.values():
+                m = models.get(key)
+                if m is not None:
+                    touch(m)
 
     def catch_up_session(self, session: Session) -> None:
         for tp in session.cached:
@@ -221,20 +239,22 @@ class SessionDriver:
 
     def is_steady(self, m) -> bool:
         """Whether every fetch `m`'s sessions may log for it, until something
-        else touches it, can only move a follower's times: the follower is in
-        the ISR at the offset its session holds (no LEO, leader LEO or HW
-        change, no expansion), the fetch is of the current leader and epoch
-        and not stale (nothing ignored), no KIP-501 fetch is pending, no
-        leader stall awaits confirmation, and no listener wants every fetch. Then catching up can wait for the
-        model's next instant (deadlines.py); those fetches only put it off.
-        A fetch of another broker epoch or after a gap is applied at once
-        for every partition of its session anyway (`_is_hard`)."""
+        else touches it, can only move a follower's times: the follower is at
+        the offset its session holds (no LEO, leader LEO or HW change), in the
+        ISR or too far behind to join it (no expansion); the fetch is of the
+        current leader and epoch and not stale (nothing ignored); no KIP-501
+        fetch is pending, no leader stall awaits confirmation, and no
+        listener wants every fetch. Then catching up can wait for the model's
+        next instant (deadlines.py): those fetches only put it off. A fetch
+        of another broker epoch or after a gap is applied at once for every
+        partition of its session anyway (`_is_hard`)."""
         engine = self.engine
         if m.leader < 0 or m.stall_check_at >= 0 or not engine.skips_quiet_fetches(m):
             return False  # a fetch may be ignored, confirm a stall, or be heard
         by_sid, tp = self.sessions.by_sid, (m.topic, m.partition)
         brokers = engine.brokers.get(m.cluster)
         stale = brokers is not None and brokers.states
+        bound, lag = engine.quiet_serve_ms, m.rules.replica_lag_time_max_ms
         for sid, link in m.sessions.items():
             session = by_sid.get(sid)
             if session is None:
@@ -245,13 +265,23 @@ class SessionDriver:
             replica = link[0]
             f = m.followers.get(replica)
             if (f is None or session.leader != m.leader or held[0] != m.leader_epoch
-                    or f.leo != held[1] or held[1] > m.leader_leo or f.pending_offset >= 0
-                    or replica not in m.isr):
+                    or f.leo != held[1] or held[1] > m.leader_leo or f.pending_offset >= 0):
                 return False
-            if stale:
-                epoch = session.log[-1][2] if session.log else f.broker_epoch
-                if brokers.is_stale_fetch(replica, -1 if epoch == -2 else epoch):
+            if replica not in m.isr and f.leo >= m.hw and f.leo >= m.leader_epoch_start_offset:
+                return False  # it may join the ISR (_can_join_isr)
+            if link[1] < session.end:
+                # The first pending fetch (a later one of another broker
+                # epoch, slow or after a gap made every partition catch up
+                # first: apply's `_is_hard`): one of its own?
+                ts, fetch_ts, epoch, _order = session.entry(link[1])
+                epoch = -1 if epoch == -2 else epoch
+                if (epoch != f.broker_epoch or (bound is not None and ts - fetch_ts > bound)
+                        or (m.leader_active_ts >= 0 and ts - m.leader_active_ts > lag)):
                     return False
+            else:
+                epoch = f.broker_epoch
+            if stale and brokers.is_stale_fetch(replica, epoch):
+                return False
         return True
 
     def _jump(self, m, steady: list, ts: int, order: int) -> bool:
@@ -292,6 +322,7 @@ class SessionDriver:
 
     def from_list(self, values: list) -> None:
         self.sessions = Sessions.from_list(values)
+        self.last = {s.sid: s.log[-1] for s in self.sessions.by_sid.values() if s.log}
 
 
 class _Sessionless:
