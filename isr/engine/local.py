@@ -334,9 +334,27 @@ class LocalEngine:
         if self.model_count != sum(len(p) for p in self.partitions.values()):
             self.rebuild_index()  # models restored from a snapshot
         dirty, deadlines.dirty = deadlines.dirty, []
+        # Each model touched since the last check, indexed at the first instant
+        # a check must visit it: its next instant, the end of a suspected
+        # leader stall's window, or every check (EAGER) if its sessions'
+        # pending fetches may do more than move its followers' times.
+        steady, next_due, place = self.session_driver.is_steady, self._next_due, deadlines.place
         for m in dirty:
             m.dirty = False
-            deadlines.place(m, self._deadline(m))
+            if m.sessions and not steady(m):
+                at = EAGER
+            else:
+                at = m._next_shrink_at() if m.leader >= 0 else None
+                for hook in next_due:
+                    t = hook(m)
+                    if t is not None and (at is None or t < at):
+                        at = t
+                if m.stall_check_at >= 0:
+                    t = confirm_by(m.rules, m.stall_check_at)
+                    if at is None or t < at:
+                        at = t
+            if at != m.due_at or (at is not None and not m.due_stamp):
+                place(m, at)
         deadlines.compact(self.model_count)
         due = deadlines.pop_due(until, inclusive)
         if len(due) > 1 and len(self.policies) > 1:
@@ -345,20 +363,6 @@ class LocalEngine:
         elif len(due) > 1:
             due.sort(key=lambda m: m.order)
         return due
-
-    def _deadline(self, m: PartitionModel) -> Optional[int]:
-        """The first instant at which a check must visit `m`, or None: its
-        next instant, the end of a suspected leader stall's window, or at
-        every check (EAGER) if its sessions' pending fetches may do more
-        than move its followers' times."""
-        if m.sessions and not self.session_driver.is_steady(m):
-            return EAGER
-        best = self.next_instant(m)
-        if m.stall_check_at >= 0:
-            t = confirm_by(m.rules, m.stall_check_at)
-            if best is None or t < best:
-                best = t
-        return best
 
     def _reach(self, until: int, inclusive: bool) -> None:
         """Every model is now as if brought to `until`: the floor of each
