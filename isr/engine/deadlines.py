@@ -43,8 +43,8 @@ class DeadlineIndex:
         self.dirty: list = []  # models touched since the last check
 
     def touch(self, m) -> None:
-        if not m.dirty:
-            m.dirty = True
+        if not m.due_dirty:
+            m.due_dirty = True
             self.dirty.append(m)
 
     def place(self, m, at: Optional[int]) -> None:

@@ -208,8 +208,8 @@ class LocalEngine:
         ts, scratch, out = event.ts, self._scratch, self.decisions
         if ts <= self.reached:
             self._settle(model)
-        if not model.dirty:  # deadlines.touch, inline: this runs for every event and policy
-            model.dirty = True
+        if not model.due_dirty:  # deadlines.touch, inline: this runs for every event and policy
+            model.due_dirty = True
             self.deadlines.dirty.append(model)
         if catch_up and model.sessions:
             self.session_driver.catch_up(model)
@@ -309,7 +309,7 @@ class LocalEngine:
 
     # ------------------------------------------------------------ deadline index
     def _register(self, model: PartitionModel) -> None:
-        model.order = self.model_count
+        model.due_order = self.model_count
         self.model_count += 1
         self.deadlines.touch(model)
 
@@ -320,7 +320,7 @@ class LocalEngine:
         self.model_count = 0
         for parts in self.partitions.values():
             for m in parts.values():
-                m.due_at, m.due_stamp, m.dirty = None, 0, False
+                m.due_at, m.due_stamp, m.due_dirty = None, 0, False
                 self._register(m)
         self._existed = self.model_count
         if self.sequencer.external and self.sequencer.external_watermark >= 0:
@@ -340,7 +340,7 @@ class LocalEngine:
         # pending fetches may do more than move its followers' times.
         steady, next_due, place = self.session_driver.is_steady, self._next_due, deadlines.place
         for m in dirty:
-            m.dirty = False
+            m.due_dirty = False
             if m.sessions and not steady(m):
                 at = EAGER
             else:
@@ -359,9 +359,9 @@ class LocalEngine:
         due = deadlines.pop_due(until, inclusive)
         if len(due) > 1 and len(self.policies) > 1:
             rank = {p: i for i, p in enumerate(self.policies)}
-            due.sort(key=lambda m: (rank[m.rules.policy], m.order))
+            due.sort(key=lambda m: (rank[m.rules.policy], m.due_order))
         elif len(due) > 1:
-            due.sort(key=lambda m: m.order)
+            due.sort(key=lambda m: m.due_order)
         return due
 
     def _reach(self, until: int, inclusive: bool) -> None:
@@ -379,7 +379,7 @@ class LocalEngine:
     def _settle(self, m: PartitionModel) -> None:
         """A model touched at or before `reached` takes the next check a visit
         then would have given it (a model created since keeps its own)."""
-        if m.order < self._existed:
+        if m.due_order < self._existed:
             floor = self.floor[m.rules.policy]
             if m.next_check < floor:
                 m.next_check = floor

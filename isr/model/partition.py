@@ -55,7 +55,7 @@ class PartitionModel:
         "under_min_since", "under_min_ms",
         "leader_active_ts", "stall_from", "stall_check_at",
         "watch", "sessions",
-        "due_at", "due_stamp", "dirty", "order",
+        "due_at", "due_stamp", "due_dirty", "due_order",
     )
 
     def __init__(self, rules: Rules, cluster: str, topic: str, partition: int,
@@ -102,8 +102,8 @@ class PartitionModel:
         # Bookkeeping, not state: to_list leaves them out.
         self.due_at: Optional[int] = None
         self.due_stamp = 0
-        self.dirty = False
-        self.order = -1
+        self.due_dirty = False
+        self.due_order = -1
 
     # ------------------------------------------------------------ creation
     @classmethod
