@@ -254,7 +254,7 @@ class SessionDriver:
         by_sid, tp = self.sessions.by_sid, (m.topic, m.partition)
         brokers = engine.brokers.get(m.cluster)
         stale = brokers is not None and brokers.states
-        bound, lag = engine.quiet_serve_ms, m.rules.replica_lag_time_max_ms
+        bound, gap = engine.quiet_serve_ms, self.stall_bound_ms
         for sid, link in m.sessions.items():
             session = by_sid.get(sid)
             if session is None:
@@ -276,7 +276,7 @@ class SessionDriver:
                 ts, fetch_ts, epoch, _order = session.entry(link[1])
                 epoch = -1 if epoch == -2 else epoch
                 if (epoch != f.broker_epoch or (bound is not None and ts - fetch_ts > bound)
-                        or (m.leader_active_ts >= 0 and ts - m.leader_active_ts > lag)):
+                        or (m.leader_active_ts >= 0 and ts - m.leader_active_ts > gap)):
                     return False
             else:
                 epoch = f.broker_epoch
