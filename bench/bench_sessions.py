@@ -10,6 +10,12 @@ the tap and the generator emit today); at the session grain it is one
 `fetch_session` listing only the partitions whose offset moved.
 
     .venv/bin/python bench/bench_sessions.py --partitions 5000 --brokers 30 --seconds 30
+
+`--check-ms N` runs the checks every N ms of event time, as the stream does
+at each micro-batch (`advance_all` up to the batch's end; 0: once, at the
+end), and reports the time they took. `--index both` runs the engine with
+and without its deadline index (isr/engine/deadlines.py); `--grain session`
+skips the partition grain (at 100 k partitions it is millions of events).
 """
 
 from __future__ import annotations
@@ -71,14 +77,30 @@ def events(partitions: int, brokers: int, seconds: int, active: float, sessions:
     return out
 
 
-def run(evs, policies, alerts: bool) -> tuple[float, int]:
+def run(evs, policies, alerts: bool, check_ms: int = 0, index: bool = True):
+    """(seconds in all, [seconds of each check], decisions, models visited)."""
+    from isr.pipeline.listeners import standard_listeners
     monitor = MonitorSettings(policy=policies, alerts={"enabled": alerts})
-    engine = LocalEngine(monitor)
+    engine = LocalEngine(monitor, listeners=standard_listeners(monitor), deadline_index=index)
+    checks = []
     start = time.perf_counter()
-    engine.apply_in_order(evs)
+    if check_ms > 0:
+        i, n = 0, len(evs)
+        until = evs[0].ts + check_ms
+        while i < n:
+            j = i
+            while j < n and evs[j].ts < until:
+                j += 1
+            engine.apply_in_order(evs[i:j])
+            t = time.perf_counter()
+            engine.advance_all(until, inclusive=False)
+            checks.append(time.perf_counter() - t)
+            i, until = j, until + check_ms
+    else:
+        engine.apply_in_order(evs)
     engine.finish()
     engine.states()  # every partition brought up to date
-    return time.perf_counter() - start, len(engine.decisions)
+    return time.perf_counter() - start, checks, len(engine.decisions), engine.visits
 
 
 def main() -> None:
@@ -89,17 +111,31 @@ def main() -> None:
     ap.add_argument("--active", type=float, default=0.10)
     ap.add_argument("--policy", default="kafka")
     ap.add_argument("--alerts", action="store_true")
+    ap.add_argument("--check-ms", type=int, default=0)
+    ap.add_argument("--index", choices=["on", "off", "both"], default="on")
+    ap.add_argument("--grain", choices=["partition", "session", "both"], default="both")
     args = ap.parse_args()
     policies = args.policy.split(",")
     print(f"{args.partitions} partitions, RF 3, {args.brokers} brokers, {args.seconds} s of "
-          f"event time, {args.active:.0%} active, policies {policies}, alerts {args.alerts}")
-    for grain, sessions in (("partition", False), ("session", True)):
+          f"event time, {args.active:.0%} active, policies {policies}, alerts {args.alerts}, "
+          f"checks every {args.check_ms or 'end'} ms")
+    grains = [g for g in (("partition", False), ("session", True))
+              if args.grain in ("both", g[0])]
+    indexes = {"on": [True], "off": [False], "both": [True, False]}[args.index]
+    for grain, sessions in grains:
         evs = events(args.partitions, args.brokers, args.seconds, args.active, sessions)
-        secs, decisions = run(evs, policies, args.alerts)
         rate = len(evs) / args.seconds
-        print(f"{grain:9} grain: {len(evs):9,} events ({rate:10,.0f} /s of event time); "
-              f"engine {secs:6.2f} s = {len(evs) / secs:9,.0f} events/s, "
-              f"{args.seconds / secs:6.1f}x real time; {decisions} decisions")
+        for index in indexes:
+            secs, checks, decisions, visits = run(evs, policies, args.alerts, args.check_ms, index)
+            in_checks = sum(checks)
+            # the median check: the first ones index (or catch up) every partition once
+            per_check = (f"median {sorted(checks)[len(checks) // 2] * 1000:8.2f} ms/check, "
+                         f"first {checks[0] * 1000:8.2f} ms" if checks else "")
+            print(f"{grain:9} grain, index {'on ' if index else 'off'}: {len(evs):9,} events "
+                  f"({rate:10,.0f} /s of event time); engine {secs:6.2f} s = "
+                  f"{len(evs) / secs:9,.0f} events/s, {args.seconds / secs:6.1f}x real time; "
+                  f"checks {in_checks:6.2f} s {per_check}, {visits:,} visits; "
+                  f"{decisions} decisions", flush=True)
 
 
 if __name__ == "__main__":

@@ -238,3 +238,86 @@ def test_isr_replay_applies_session_events_and_reports_their_anomalies():
     assert "fetch session anomalies: unknown_session 1" in r.stderr
     states = [json.loads(line) for line in r.stdout.splitlines()]
     assert [f["last_fetch_ts"] - T0 for s in states for f in s["followers"]] == [500, 1000]
+
+
+# ---------------------------------------------------------------- the deadline index
+def _streamed(events, policy: str, deadline_index: bool = True) -> LocalEngine:
+    """`events` as a stream applies them: a watermark move after each one."""
+    engine = LocalEngine(MonitorSettings(policy=[policy], replica_lag_time_max_ms=10000),
+                         deadline_index=deadline_index)
+    for seq, ev in enumerate(_leaders(0, 1) + events):
+        engine.submit(ev, seq)
+        engine.advance_watermark()
+    engine.finish()
+    return engine
+
+
+def _live_session(parts: dict, seconds: int = 60) -> list:
+    return [session(0, 7, 0, parts)] + [
+        session(t, 7, e, {}) for e, t in enumerate(range(500, seconds * 1000, 500), start=1)]
+
+
+def test_a_caught_up_partition_of_a_live_session_is_not_visited_by_checks():
+    # Both partitions caught up, their session fetching every 500 ms without
+    # listing them: 120 checks, none of which can shrink either.
+    events = _live_session({0: 0, 1: 0})
+    engine = _streamed(events, "kafka")
+    assert engine.visits == 0
+    assert _shrinks(engine) == {}
+    # ... and their state is still exact when asked for
+    assert [f.last_fetch_ts - T0 for s in engine.states() for f in s.followers] == [59500] * 2
+    # Visiting every model at every check (before the index): 2 per check.
+    every = _streamed(events, "kafka", deadline_index=False)
+    assert every.visits > 200 and _shrinks(every) == {}
+
+
+def test_a_partition_at_risk_is_visited_at_its_deadline_and_shrinks_on_time():
+    # Partition 1 gets an append its follower never fetches (its session
+    # keeps fetching offset 0): out of sync 10 s after its last catch-up.
+    # kip16 keeps a deadline for caught-up partitions too (the last fetch
+    # that reached the leader's LEO + 10 s): partition 0 is visited about
+    # once per 10 s, not at each of the 120 checks.
+    append = validate({"v": 1, "type": "append", "ts": T0 + 1200, "topic": "orders",
+                       "partition": 1, "leader": 1, "leader_epoch": 1, "leader_leo": 5})
+    events = sorted(_live_session({0: 0, 1: 0}) + [append], key=lambda e: e.ts)
+    for policy, shrink_at in (("kafka", 15000), ("kip16", 20000)):
+        engine = _streamed(events, policy)
+        every = _streamed(events, policy, deadline_index=False)
+        assert _shrinks(engine) == _shrinks(every) == {1: shrink_at}, policy
+        assert engine.take_decisions() == every.take_decisions()
+        assert engine.visits <= 12, (policy, engine.visits)
+        assert every.visits > 200
+
+
+def _batches(events, cuts, deadline_index: bool) -> tuple:
+    """Events in batches (a watermark move and a restart after each), with
+    the alert rules and ZooKeeper propagation listening: every batch's
+    output records in order, then the states, the anomalies and what was
+    ignored."""
+    from isr.pipeline.listeners import standard_listeners
+    monitor = _monitor()
+    engine = LocalEngine(monitor, listeners=standard_listeners(monitor),
+                         deadline_index=deadline_index)
+    batches, start = [], 0
+    for end in sorted({min(c, len(events)) for c in cuts}) + [len(events)]:
+        for seq in range(start, end):
+            engine.submit(events[seq], seq)
+        engine.advance_watermark()
+        batches.append([d.model_dump_json() for d in engine.take_decisions()])
+        engine = snapshot.restore(monitor, snapshot.snapshot(engine),
+                                  listeners=standard_listeners(monitor))
+        engine.deadline_index = deadline_index
+        start = end
+    engine.finish()
+    batches.append([d.model_dump_json() for d in engine.take_decisions()])
+    return (batches, [s.model_dump_json() for s in engine.states()],
+            engine.session_driver.sessions.anomalies, {k: v for k, v in engine.ignored.items() if v})
+
+
+@settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "150")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(session_streams(), st.lists(st.integers(0, 50), max_size=4))
+def test_checks_that_visit_only_models_due_output_what_visiting_every_model_does(events, cuts):
+    """The deadline index changes no output record, nor its batch, nor its
+    order: alerts and propagation included, across restarts."""
+    assert _batches(events, cuts, True) == _batches(events, cuts, False)

@@ -22,7 +22,10 @@ class Listener:
     name = ""  # set by listeners that keep state across snapshots
 
     def on_advance(self, model, until: int, inclusive: bool, out: list) -> None:
-        """The model ran its checks up to `until` (and at it, if inclusive)."""
+        """The model ran its checks up to `until` (and at it, if inclusive).
+        A check (advance_all) calls it only for the models it visits: those
+        whose next instant, this listener's `next_due` included, it passes
+        (deadlines.py). So it must act on time alone only at `next_due`."""
 
     def on_change(self, model, change, out: list) -> None:
         """The model committed an ISR change (`change.ts`; the model is past it)."""

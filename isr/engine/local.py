@@ -17,12 +17,14 @@ from isr.config import MonitorSettings
 from isr.contract.decode import Rejection, decode_many
 from isr.contract.decisions import PartitionState
 from isr.contract.events import BROKER, LEADER, SCOPE
+from isr.engine.deadlines import EAGER, DeadlineIndex
 from isr.engine.listeners import Listener, hooks
 from isr.engine.sequencer import Sequencer
 from isr.engine.sessions import SessionDriver
 from isr.model.brokers import Brokers
 from isr.model.partition import PartitionModel
-from isr.model.rules import Rules
+from isr.model.rules import Rules, ceil_to
+from isr.model.stall import confirm_by
 
 
 class Outcome:
@@ -51,13 +53,16 @@ class LocalEngine:
     def __init__(self, monitor: MonitorSettings, policies: Optional[list[str]] = None,
                  listeners: Iterable[Listener] = (),
                  on_reject: Optional[Callable[[Any, str], None]] = None,
-                 external_watermark: bool = False) -> None:
+                 external_watermark: bool = False, deadline_index: bool = True) -> None:
         """`listeners`: what hears of every step, the caller's choice
         (pipeline/listeners.py: the configured ones). `on_reject(origin,
         reason)`: a released event the model rejected (origin is what the
         caller passed to `submit`).
         `external_watermark`: the watermark comes from outside (a Spark batch)
-        through advance_watermark(wm) instead of from the events seen here."""
+        through advance_watermark(wm) instead of from the events seen here.
+        `deadline_index`: checks visit only the models whose next instant
+        they pass (deadlines.py); False: every model (the reference the
+        index is tested and measured against)."""
         self.monitor = monitor
         self.policies = list(policies or monitor.policy)
         self.rules = {p: rules_for(monitor, p) for p in self.policies}
@@ -83,6 +88,18 @@ class LocalEngine:
         serve = [l.quiet_serve_ms() for l in self.listeners]
         self.quiet_serve_ms = min((b for b in serve if b is not None), default=None)
         self.session_driver = SessionDriver(self)
+        # The deadline index (deadlines.py) and what makes skipping a visit
+        # exact: `reached`, the last instant every model was brought to
+        # (-1: none), and per policy `floor`, the first check instant not run
+        # then, which a model skipped then takes when touched at or before
+        # `reached` (a visit would have moved its next_check there).
+        self.deadline_index = deadline_index
+        self.deadlines = DeadlineIndex()
+        self.model_count = 0  # models registered with the index
+        self.visits = 0  # models visited by checks (a statistic, not state)
+        self.reached = -1
+        self.floor = {p: -1 for p in self.policies}
+        self._existed = 0  # models created before `reached`
 
     def listener(self, kind: type) -> Optional[Listener]:
         return next((l for l in self.listeners if isinstance(l, kind)), None)
@@ -175,6 +192,7 @@ class LocalEngine:
             if model is None:
                 model = parts[key] = PartitionModel.first_seen(
                     self.rules[policy], event, self.monitor.min_isr_for(event.topic))
+                self._register(model)
             result = self._apply_to_model(model, event, brokers)
             if first and result is not None:
                 outcome = Outcome(result[0], result[1])
@@ -187,9 +205,14 @@ class LocalEngine:
                         catch_up: bool = True):
         """One partition event to one policy's model, its listeners told (its
         sessions' fetches first, unless this is one of them)."""
+        ts, scratch, out = event.ts, self._scratch, self.decisions
+        if ts <= self.reached:
+            self._settle(model)
+        if not model.due_dirty:  # deadlines.touch, inline: this runs for every event and policy
+            model.due_dirty = True
+            self.deadlines.dirty.append(model)
         if catch_up and model.sessions:
             self.session_driver.catch_up(model)
-        ts, scratch, out = event.ts, self._scratch, self.decisions
         # _advance(model, ts, False) inline: this runs for every event and policy.
         if ts > model.next_check:  # else no check instant lies before ts
             model.advance(ts, False, brokers, scratch)
@@ -213,6 +236,7 @@ class LocalEngine:
 
     def _advance_model(self, model: PartitionModel, until: int, inclusive: bool,
                        brokers: Brokers) -> None:
+        self.deadlines.touch(model)
         model.advance(until, inclusive, brokers, self._scratch)
         if self._scratch:
             self._dispatch(model)
@@ -258,6 +282,7 @@ class LocalEngine:
             self._advance(m, ts, False, brokers)
         if brokers.apply(event.broker, event.state, event.broker_epoch):
             for m in cluster_parts:
+                self.deadlines.touch(m)
                 m.controller_removal(event.broker, event.state, event.broker_epoch, ts,
                                      brokers, self._scratch)
                 if self._scratch:
@@ -267,21 +292,117 @@ class LocalEngine:
 
     def advance_all(self, until: int, inclusive: bool) -> None:
         """Checks (and listeners' time) for every partition, also those without
-        new events; then the listeners hear that the engine reached `until`."""
-        for parts in self.partitions.values():
-            for m in parts.values():
-                self._advance(m, until, inclusive, self.brokers[m.cluster])
+        new events; then the listeners hear that the engine reached `until`.
+        Only the models whose next instant lies before `until` (or at it) are
+        visited (deadlines.py): for the others a visit changes nothing."""
+        if self.deadline_index:
+            due = self._due_models(until, inclusive)
+        else:
+            due = [m for parts in self.partitions.values() for m in parts.values()]
+        self.visits += len(due)
+        for m in due:
+            self._advance(m, until, inclusive, self.brokers[m.cluster])
+        self._reach(until, inclusive)
         out = self.decisions
         for hook in self._on_time:
             hook(until, inclusive, out)
 
-    # ------------------------------------------------------------ views
-    def catch_up_all(self) -> None:
-        """Every partition up to date with its sessions' fetches (views, summaries)."""
+    # ------------------------------------------------------------ deadline index
+    def _register(self, model: PartitionModel) -> None:
+        model.due_order = self.model_count
+        self.model_count += 1
+        self.deadlines.touch(model)
+
+    def rebuild_index(self) -> None:
+        """Index every model afresh (after models were put in place from a
+        snapshot: engine/snapshot.py). Their next_check is as they were saved."""
+        self.deadlines.clear()
+        self.model_count = 0
         for parts in self.partitions.values():
             for m in parts.values():
+                m.due_at, m.due_stamp, m.due_dirty = None, 0, False
+                self._register(m)
+        self._existed = self.model_count
+        if self.sequencer.external and self.sequencer.external_watermark >= 0:
+            # The last advance_all ran to the external watermark (advance_watermark).
+            self._reach(self.sequencer.external_watermark, False)
+
+    def _due_models(self, until: int, inclusive: bool) -> list[PartitionModel]:
+        """The models a check up to `until` must visit, in the order a visit
+        of every model takes (policy, then partition creation)."""
+        deadlines = self.deadlines
+        if self.model_count != sum(len(p) for p in self.partitions.values()):
+            self.rebuild_index()  # models restored from a snapshot
+        dirty, deadlines.dirty = deadlines.dirty, []
+        # Each model touched since the last check, indexed at the first instant
+        # a check must visit it: its next instant, the end of a suspected
+        # leader stall's window, or every check (EAGER) if its sessions'
+        # pending fetches may do more than move its followers' times.
+        steady, next_due, place = self.session_driver.is_steady, self._next_due, deadlines.place
+        for m in dirty:
+            m.due_dirty = False
+            if m.sessions and not steady(m):
+                at = EAGER
+            else:
+                at = m._next_shrink_at() if m.leader >= 0 else None
+                for hook in next_due:
+                    t = hook(m)
+                    if t is not None and (at is None or t < at):
+                        at = t
+                if m.stall_check_at >= 0:
+                    t = confirm_by(m.rules, m.stall_check_at)
+                    if at is None or t < at:
+                        at = t
+            if at != m.due_at or (at is not None and not m.due_stamp):
+                place(m, at)
+        deadlines.compact(self.model_count)
+        due = deadlines.pop_due(until, inclusive)
+        if len(due) > 1 and len(self.policies) > 1:
+            rank = {p: i for i, p in enumerate(self.policies)}
+            due.sort(key=lambda m: (rank[m.rules.policy], m.due_order))
+        elif len(due) > 1:
+            due.sort(key=lambda m: m.due_order)
+        return due
+
+    def _reach(self, until: int, inclusive: bool) -> None:
+        """Every model is now as if brought to `until`: the floor of each
+        policy's next check moves there."""
+        if until < self.reached:
+            return
+        self.reached = until
+        self._existed = self.model_count
+        for policy, rules in self.rules.items():
+            first_unrun = ceil_to(until + 1 if inclusive else until, rules.interval_ms)
+            if first_unrun > self.floor[policy]:
+                self.floor[policy] = first_unrun
+
+    def _settle(self, m: PartitionModel) -> None:
+        """A model touched at or before `reached` takes the next check a visit
+        then would have given it (a model created since keeps its own)."""
+        if m.due_order < self._existed:
+            floor = self.floor[m.rules.policy]
+            if m.next_check < floor:
+                m.next_check = floor
+
+    # ------------------------------------------------------------ views
+    def catch_up_all(self) -> None:
+        """Every partition up to date with its sessions' fetches (views,
+        summaries), and with the checks the deadline index let it skip."""
+        reached = self.reached
+        for parts in self.partitions.values():
+            for m in parts.values():
+                if reached >= 0:
+                    self._settle(m)
                 if m.sessions:
                     self.session_driver.catch_up(m)
+
+    def current(self, model: PartitionModel) -> PartitionModel:
+        """`model` up to date with its sessions' fetches (a view of one)."""
+        if self.reached >= 0:
+            self._settle(model)
+        if model.sessions:
+            self.session_driver.catch_up(model)
+        return model
 
     def models(self) -> Iterable[PartitionModel]:
         """Every partition's model, by policy then partition key."""

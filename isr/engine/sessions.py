@@ -75,6 +75,9 @@ class SessionDriver:
         # session request, so every bucket meets the anomaly and handles it
         # alike; only one of them counts it (stream/operator.py).
         self.counts_anomaly: Callable[[Any], bool] = _always
+        # Per session serial, its last fetch, also once its log is truncated
+        # (for the deadline index; not state: unknown after a restore).
+        self.last: dict[int, tuple] = {}
 
     # ------------------------------------------------------------ one event
     def apply(self, ev) -> Optional[tuple[str, str]]:
@@ -97,7 +100,7 @@ class SessionDriver:
             session.epoch = next_epoch(ev.session_epoch)
             for p in ev.forgotten:
                 self._forget(session, (p.topic, p.partition))
-            if session.log and self._is_hard(session, entry):
+            if session.log and self._is_hard(session.log[-1], entry):
                 self.catch_up_session(session)
         first_problem = None
         for p in ev.partitions:
@@ -105,13 +108,21 @@ class SessionDriver:
             if problem is not None and first_problem is None:
                 first_problem = problem
         if session is not None:
+            if self._is_hard(self.last.get(session.sid), entry):
+                # Pending for every partition it does not list, and to be
+                # applied exactly: they must be visited (deadlines.py).
+                self._touch_session(session)
             session.add(entry)
             end = session.end
+            self.last[session.sid] = entry
             parts = self.engine.partitions
+            touch = self.engine.deadlines.touch
             for p in ev.partitions:
                 key = (ev.cluster, p.topic, p.partition)
                 for models in parts.values():
-                    models[key].sessions[session.sid] = [session.replica, end]
+                    m = models[key]
+                    m.sessions[session.sid] = [session.replica, end]
+                    touch(m)  # a new link: its pending fetches may differ
             if len(session.log) > 2 * len(session.cached) + 64:
                 self.catch_up_session(session)
                 session.truncate()
@@ -132,13 +143,13 @@ class SessionDriver:
             return ("ignored", REJECTED_IN_SESSION)
         return None
 
-    def _is_hard(self, session: Session, entry: tuple) -> bool:
+    def _is_hard(self, previous: Optional[tuple], entry: tuple) -> bool:
         """A fetch that must be applied exactly for every partition: another
-        broker epoch than the session's last fetch, or one a listener would
-        see as slow."""
-        if entry[2] != session.log[-1][2]:
+        broker epoch than the session's previous fetch, or one a listener would
+        see as slow (the previous fetch unknown: taken as such)."""
+        if previous is None or entry[2] != previous[2]:
             return True
-        if entry[0] - session.log[-1][0] > self.stall_bound_ms:
+        if entry[0] - previous[0] > self.stall_bound_ms:
             return True  # the leader may have stalled (isr/model/stall.py)
         bound = self.engine.quiet_serve_ms
         return bound is not None and entry[0] - entry[1] > bound
@@ -153,6 +164,7 @@ class SessionDriver:
             if m is not None and session.sid in m.sessions:
                 self.catch_up(m)
                 del m.sessions[session.sid]
+                self.engine.deadlines.touch(m)
         del session.cached[tp]
 
     def close(self, session: Session) -> None:
@@ -165,7 +177,18 @@ class SessionDriver:
                 m = models.get(key)
                 if m is not None:
                     m.sessions.pop(session.sid, None)
+                    self.engine.deadlines.touch(m)
         self.sessions.close(session)
+        self.last.pop(session.sid, None)
+
+    def _touch_session(self, session: Session) -> None:
+        touch = self.engine.deadlines.touch
+        for tp in session.cached:
+            key = (session.cluster, *tp)
+            for models in self.engine.partitions.values():
+                m = models.get(key)
+                if m is not None:
+                    touch(m)
 
     def catch_up_session(self, session: Session) -> None:
         for tp in session.cached:
@@ -189,6 +212,8 @@ class SessionDriver:
         streams = [[by_sid[sid], link, True] for sid, link in m.sessions.items()
                    if link[1] < by_sid[sid].end]
         engine = self.engine
+        if engine.reached >= 0:
+            engine._settle(m)  # the checks the deadline index let it skip
         brokers = engine._brokers_of(m.cluster)
         last_run = -1  # the last instant run: one found again is not run twice
         while True:
@@ -216,6 +241,53 @@ class SessionDriver:
             if nxt is None:
                 return
             self._apply_entry(m, nxt, nxt[1][1])
+
+    def is_steady(self, m) -> bool:
+        """Whether every fetch `m`'s sessions may log for it, until something
+        else touches it, can only move a follower's times: the follower is at
+        the offset its session holds (no LEO, leader LEO or HW change), in the
+        ISR or too far behind to join it (no expansion); the fetch is of the
+        current leader and epoch and not stale (nothing ignored); no KIP-501
+        fetch is pending, no leader stall awaits confirmation, and no
+        listener wants every fetch. Then catching up can wait for the model's
+        next instant (deadlines.py): those fetches only put it off. A fetch
+        of another broker epoch or after a gap is applied at once for every
+        partition of its session anyway (`_is_hard`)."""
+        engine = self.engine
+        if m.leader < 0 or m.stall_check_at >= 0 or not engine.skips_quiet_fetches(m):
+            return False  # a fetch may be ignored, confirm a stall, or be heard
+        by_sid, tp = self.sessions.by_sid, (m.topic, m.partition)
+        brokers = engine.brokers.get(m.cluster)
+        stale = brokers is not None and brokers.states
+        bound, gap = engine.quiet_serve_ms, self.stall_bound_ms
+        for sid, link in m.sessions.items():
+            session = by_sid.get(sid)
+            if session is None:
+                return False
+            held = session.cached.get(tp)
+            if held is None:
+                continue  # its fetches are not this partition's
+            replica = link[0]
+            f = m.followers.get(replica)
+            if (f is None or session.leader != m.leader or held[0] != m.leader_epoch
+                    or f.leo != held[1] or held[1] > m.leader_leo or f.pending_offset >= 0):
+                return False
+            if replica not in m.isr and f.leo >= m.hw and f.leo >= m.leader_epoch_start_offset:
+                return False  # it may join the ISR (_can_join_isr)
+            if link[1] < session.end:
+                # The first pending fetch (a later one of another broker
+                # epoch, slow or after a gap made every partition catch up
+                # first: apply's `_is_hard`): one of its own?
+                ts, fetch_ts, epoch, _order = session.entry(link[1])
+                epoch = -1 if epoch == -2 else epoch
+                if (epoch != f.broker_epoch or (bound is not None and ts - fetch_ts > bound)
+                        or (m.leader_active_ts >= 0 and ts - m.leader_active_ts > gap)):
+                    return False
+            else:
+                epoch = f.broker_epoch
+            if stale and brokers.is_stale_fetch(replica, epoch):
+                return False
+        return True
 
     def _jump(self, m, steady: list, ts: int, order: int) -> bool:
         """Move each steady follower to its last pending fetch at or before
@@ -255,6 +327,7 @@ class SessionDriver:
 
     def from_list(self, values: list) -> None:
         self.sessions = Sessions.from_list(values)
+        self.last = {s.sid: s.log[-1] for s in self.sessions.by_sid.values() if s.log}
 
 
 def _always(_ev) -> bool:

@@ -56,6 +56,7 @@ class PartitionModel:
         "under_min_since", "under_min_ms",
         "leader_active_ts", "stall_from", "stall_check_at",
         "watch", "sessions",
+        "due_at", "due_stamp", "due_dirty", "due_order",
     )
 
     def __init__(self, rules: Rules, cluster: str, topic: str, partition: int,
@@ -96,6 +97,14 @@ class PartitionModel:
         # [replica, position of the first session fetch not applied here]
         # (isr/engine/sessions.py).
         self.sessions: dict[int, list[int]] = {}
+        # The engine's deadline index (isr/engine/deadlines.py): the instant
+        # this model is indexed at (None: not indexed), its entry's stamp,
+        # whether it changed since it was indexed, and its creation order.
+        # Bookkeeping, not state: to_list leaves them out.
+        self.due_at: Optional[int] = None
+        self.due_stamp = 0
+        self.due_dirty = False
+        self.due_order = -1
 
     # ------------------------------------------------------------ creation
     @classmethod

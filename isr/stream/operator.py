@@ -210,10 +210,12 @@ class BucketProcessor:
 
     @staticmethod
     def _models(engine: LocalEngine, key: tuple):
+        """The partition's models, each up to date (its session fetches and
+        the checks the deadline index skipped) before it is shown."""
         for policy in engine.policies:
             m = engine.partitions[policy].get(key)
             if m is not None:
-                yield m
+                yield engine.current(m)
 
     def _emit(self, engine: LocalEngine, states: list, dead: list[DeadLetter],
               internal: list[OutputRecord]) -> list[OutputRecord]:
