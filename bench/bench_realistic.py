@@ -13,10 +13,11 @@ data; broker `--stall-broker` stops (a GC pause) for `--stall-ms` every
 
 It writes `--seconds` of that cluster as session events to a file, replays
 the file with `isr replay` (a subprocess, alerts on, decisions to a file) and
-reports events/s, how many times faster than the cluster's own time the
-replay ran, and its peak RSS. Then the same for the first
-`--partition-seconds` of the same run written as per-partition fetches (the
-session FETCHes expanded: one `fetch` per partition of the session).
+reports events per CPU second, how many times faster than the cluster's own
+time the replay ran per core (and by the wall clock), and its peak RSS. Then the same for the first
+`--partition-seconds` of the same run, at the session grain and written as
+per-partition fetches (the session FETCHes expanded: one `fetch` per
+partition of the session), like for like.
 
     .venv/bin/python bench/bench_realistic.py --partitions 100000 --brokers 30 --seconds 60
 """
@@ -77,31 +78,33 @@ def write(sc: Scenario, path: Path, expand: bool, seconds: float) -> tuple[Count
     return counts, listed, time.perf_counter() - start
 
 
-def replay(path: Path, out: Path, extra: list[str]) -> tuple[float, float]:
-    """`isr replay` in a child process: (wall seconds, its peak RSS in MB)."""
-    cmd = [sys.executable, "-m", "isr.cli", "replay", str(path), "-q", "-o", str(out),
-           *extra]
+def replay(path: Path, out: Path, extra: list[str]) -> tuple[float, float, float]:
+    """`isr replay` in a child process: (wall seconds, CPU seconds, its peak
+    RSS in MB). On a machine shared with other work the CPU seconds are the
+    fairer measure: the replay is one single-threaded process."""
+    cmd = [sys.executable, "-m", "isr.cli", "replay", str(path), "-q", "-o", str(out), *extra]
     start = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if r.returncode != 0:
         raise SystemExit(f"isr replay failed ({r.returncode}): {r.stderr[-2000:]}")
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if rss <= before:  # another child had the higher peak: not this one's
-        rss = float("nan")
-    return wall, rss / 1024
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    rss = after.ru_maxrss if after.ru_maxrss > before.ru_maxrss else float("nan")
+    return wall, cpu, rss / 1024
 
 
 def report(label: str, counts: Counter, listed: int, gen_s: float, seconds: float,
-           wall: float, rss_mb: float, out: Path) -> None:
+           wall: float, cpu: float, rss_mb: float, out: Path) -> None:
     n = sum(counts.values())
     changes = sum(1 for line in open(out, "rb") if b'"isr_change"' in line)
     kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items()))
     print(f"{label}: {n:,} events over {seconds:g} s of cluster time ({n / seconds:,.0f}/s; "
           f"{kinds}" + (f"; {listed:,} partitions listed" if listed else "") + ")")
-    print(f"  simulator {gen_s:.1f} s; isr replay {wall:.1f} s = {n / wall:,.0f} events/s, "
-          f"{seconds / wall:.2f}x real time, peak RSS {rss_mb:,.0f} MB, "
+    print(f"  simulator {gen_s:.1f} s; isr replay {wall:.1f} s wall, {cpu:.1f} s CPU = "
+          f"{n / cpu:,.0f} events per CPU second, {seconds / cpu:.2f}x real time per core "
+          f"({seconds / wall:.2f}x by the wall clock), peak RSS {rss_mb:,.0f} MB, "
           f"{changes} isr_change records")
 
 
@@ -120,7 +123,8 @@ def main() -> None:
     ap.add_argument("--policy", default="kafka")
     ap.add_argument("--stall-at-s", type=float, default=10)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a monitor setting for isr replay, e.g. monitor.replica_lag_time_max_ms=10000")
+                    help="a monitor setting for isr replay, "
+                         "e.g. monitor.replica_lag_time_max_ms=10000")
     ap.add_argument("--dir", default=None, help="where the event files go (default: a temp dir)")
     args = ap.parse_args()
     where = Path(args.dir or tempfile.mkdtemp(prefix="isr-realistic-"))
@@ -131,17 +135,19 @@ def main() -> None:
     print(f"{args.partitions:,} partitions, RF 3, {args.brokers} brokers, {args.active:.0%} "
           f"produced to (100 messages/s each), broker {args.stall_broker} stalls "
           f"{args.stall_ms / 1000:g} s every {args.stall_every_s:g} s from +{args.stall_at_s:g} s; "
-          f"policy {args.policy}, alerts on {' '.join(args.set)}; load average {os.getloadavg()[0]:.1f} on "
+          f"policy {args.policy}, alerts on {' '.join(args.set)}; "
+          f"load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores")
     runs = [("session grain", False, args.seconds)]
-    if args.partition_seconds > 0:
-        runs.append(("partition grain", True, args.partition_seconds))
+    if args.partition_seconds > 0:  # like for like: the same first seconds at both grains
+        runs += [("session grain, same window", False, args.partition_seconds),
+                 ("partition grain", True, args.partition_seconds)]
     for label, expand, seconds in runs:
-        path = where / f"{'partition' if expand else 'session'}.jsonl"
+        path = where / f"{'partition' if expand else 'session'}-{seconds:g}.jsonl"
         counts, listed, gen_s = write(sc, path, expand, seconds)
         out = where / f"{path.stem}.out.jsonl"
-        wall, rss = replay(path, out, extra)
-        report(label, counts, listed, gen_s, seconds, wall, rss, out)
+        wall, cpu, rss = replay(path, out, extra)
+        report(label, counts, listed, gen_s, seconds, wall, cpu, rss, out)
         if not args.dir:
             path.unlink()
 

@@ -120,9 +120,11 @@ def test_session_grain_decides_as_its_per_partition_expansion(name, tmp_path):
 
 
 def _stalled(sc: Scenario, pair: tuple[int, int], ts: int) -> bool:
-    """A fault that stops a pair's FETCHes: a paused, crashed, stopped or stuck broker."""
+    """A fault that stops or delays a pair's FETCHes: a paused, crashed, stopped, stuck
+    or slow broker."""
     return any(f.broker in pair for f in sc.faults
-               if f.kind in ("gc_pause", "crash", "controlled_shutdown", "stuck_follower"))
+               if f.kind in ("gc_pause", "crash", "controlled_shutdown", "stuck_follower",
+                             "slow_leader"))
 
 
 def test_kafka_4485_pattern_separates_kip16_from_kafka():
