@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -84,15 +83,14 @@ def replay(path: Path, out: Path, extra: list[str]) -> tuple[float, float, float
     fairer measure: the replay is one single-threaded process."""
     cmd = [sys.executable, "-m", "isr.cli", "replay", str(path), "-q", "-o", str(out), *extra]
     start = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _pid, status, usage = os.wait4(child.pid, 0)  # this child's own CPU time and peak RSS
     wall = time.perf_counter() - start
-    if r.returncode != 0:
-        raise SystemExit(f"isr replay failed ({r.returncode}): {r.stderr[-2000:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    rss = after.ru_maxrss if after.ru_maxrss > before.ru_maxrss else float("nan")
-    return wall, cpu, rss / 1024
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"isr replay failed ({child.returncode}): "
+                         f"{child.stderr.read().decode()[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def report(label: str, counts: Counter, listed: int, gen_s: float, seconds: float,
