@@ -235,14 +235,22 @@ def test_session_and_partition_grain_give_the_same_decisions(run, tmp_path):
     """The request-log tap's fetch_session events (one per follower FETCH,
     only the partitions it listed) decide exactly what its per-partition
     fetches decide: every decision, alert and final state, every policy."""
+    from isr.cli import main
+
+    _tap, meta = metadata_tap(run)
     out, written = {}, {}
     for grain in ("session", "partition"):
-        files = tap_all(tmp_path, run, grain)
-        r = cli("replay", "--merge", *files, "-q", "--policy", "kafka,kip16,legacy,kip501",
-                "--set", f"monitor.replica_lag_time_max_ms={LAG_MS}")
-        assert r.returncode == 0, r.stderr
-        out[grain] = r.stdout
-        written[grain] = [json.loads(x) for f in files[1:] for x in open(f).read().splitlines()]
+        events = list(meta)
+        for b in BROKERS:
+            tap = RequestLogTap(b, topic_names=_tap.topic_name, grain=grain)
+            events += events_of(tap, lines(f"broker-{b}-kafka-request.log", run))
+        path, res = tmp_path / f"{grain}.jsonl", tmp_path / f"{grain}.out.jsonl"
+        path.write_text("".join(json.dumps(e) + "\n" for e in sorted(events,
+                                                                      key=lambda e: e["ts"])))
+        assert main(["replay", str(path), "-q", "-o", str(res), "--policy",
+                     "kafka,kip16,legacy,kip501",
+                     "--set", f"monitor.replica_lag_time_max_ms={LAG_MS}"]) == 0
+        out[grain], written[grain] = res.read_text(), events[len(meta):]
     assert out["session"] == out["partition"]
     assert '"isr_change"' in out["session"]
     assert {e["type"] for e in written["session"]} == {"fetch_session", "append"}
