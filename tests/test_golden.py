@@ -1,6 +1,9 @@
 """No behaviour change across restructurings: the decisions and alerts of
 every scenario, of the examples and of the load generator hash the same as
-on the commit that recorded GOLDEN (issue 25).
+on the commit that recorded GOLDEN (issue 25). The scenarios' hashes are of
+their per-partition output (`--grain partition`, the simulator's model
+before fetch sessions); tests/test_sim.py checks that the session grain
+decides as its own per-partition expansion.
 
 Everything goes through the public entry points (`isr simulate`, `isr
 replay`), so moving code between modules cannot hide a change. A real change
@@ -84,7 +87,8 @@ def check(name: str, data: bytes) -> None:
 def test_scenario(name, tmp_path):
     events = tmp_path / f"{name}.jsonl"
     duration = ["--duration", DURATION[name]] if name in DURATION else []
-    assert main(["simulate", "--scenario", name, "--to", str(events), "-q", *duration]) == 0
+    assert main(["simulate", "--scenario", name, "--to", str(events), "-q", "--grain", "partition",
+                 *duration]) == 0
     check(f"{name} events", events.read_bytes())
     options = ["--set", "monitor.replica_lag_time_max_ms=10000"] if name in (
         "demo", "kip501-slow-leader") else []
@@ -94,7 +98,7 @@ def test_scenario(name, tmp_path):
 def test_scenario_zk_propagation(tmp_path):
     events = tmp_path / "broker-crash-recovery.jsonl"
     assert main(["simulate", "--scenario", "broker-crash-recovery", "--to", str(events),
-                 "-q"]) == 0
+                 "-q", "--grain", "partition"]) == 0
     check("broker-crash-recovery zk",
           replayed(events, tmp_path, "--set", "monitor.propagation=zk"))
 

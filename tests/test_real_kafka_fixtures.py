@@ -167,15 +167,15 @@ def test_server_log_commits_that_are_there_match_the_metadata_log():
 
 
 # ------------------------------------------------------------------ the monitor
-def tap_all(tmp_path, run=DATA) -> list[str]:
+def tap_all(tmp_path, run=DATA, grain: str = "session") -> list[str]:
     """The three taps as an operator runs them, to files."""
     runs = [("metadata", str(run / "metadata.dump"))]
     for b in BROKERS:
         runs.append(("request-log", str(run / f"broker-{b}-kafka-request.log"), "--broker",
-                     str(b), "--topic-ids", str(run / "metadata.dump")))
+                     str(b), "--topic-ids", str(run / "metadata.dump"), "--grain", grain))
     outputs = []
     for i, run in enumerate(runs):
-        out = tmp_path / f"{i}-{run[0]}.jsonl"
+        out = tmp_path / f"{i}-{grain}-{run[0]}.jsonl"
         r = cli("tap", *run, "--to", str(out), "-q")
         assert r.returncode == 0, r.stderr
         outputs.append(str(out))
@@ -230,10 +230,41 @@ def test_the_monitor_sees_the_paused_leader_shrink_its_followers(tmp_path):
         assert abs(mine["ts"] - commit["ts"]) <= LAG_MS / 2
 
 
-def test_verify_agrees_with_the_cluster_on_the_pause(tmp_path):
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.name)
+def test_session_and_partition_grain_give_the_same_decisions(run, tmp_path):
+    """The request-log tap's fetch_session events (one per follower FETCH,
+    only the partitions it listed) decide exactly what its per-partition
+    fetches decide: every decision, alert and final state, every policy."""
+    from isr.cli import main
+
+    _tap, meta = metadata_tap(run)
+    out, written = {}, {}
+    for grain in ("session", "partition"):
+        events = list(meta)
+        for b in BROKERS:
+            tap = RequestLogTap(b, topic_names=_tap.topic_name, grain=grain)
+            events += events_of(tap, lines(f"broker-{b}-kafka-request.log", run))
+        path, res = tmp_path / f"{grain}.jsonl", tmp_path / f"{grain}.out.jsonl"
+        path.write_text("".join(json.dumps(e) + "\n" for e in sorted(events,
+                                                                      key=lambda e: e["ts"])))
+        assert main(["replay", str(path), "-q", "-o", str(res), "--policy",
+                     "kafka,kip16,legacy,kip501",
+                     "--set", f"monitor.replica_lag_time_max_ms={LAG_MS}"]) == 0
+        out[grain], written[grain] = res.read_text(), events[len(meta):]
+    assert out["session"] == out["partition"]
+    assert '"isr_change"' in out["session"]
+    assert {e["type"] for e in written["session"]} == {"fetch_session", "append"}
+    # an idle follower's incremental FETCH lists nothing: far fewer partitions written
+    listed = sum(len(e["partitions"]) for e in written["session"] if e["type"] == "fetch_session")
+    assert listed < len([e for e in written["partition"] if e["type"] == "fetch"])
+
+
+@pytest.mark.parametrize("grain", ["session", "partition"])
+def test_verify_agrees_with_the_cluster_on_the_pause(tmp_path, grain):
     """Every ISR change the cluster committed in the pause run is matched,
     the paused leader's own shrink and expands included, and nothing else."""
-    v = cli("verify", *tap_all(tmp_path), "--set", f"monitor.replica_lag_time_max_ms={LAG_MS}")
+    v = cli("verify", *tap_all(tmp_path, grain=grain),
+            "--set", f"monitor.replica_lag_time_max_ms={LAG_MS}")
     assert v.returncode == 0, v.stdout + v.stderr
     assert "4 partitions, 7 ISR changes agree, 0 partitions differ" in v.stdout
 

@@ -20,6 +20,7 @@ from isr.engine.local import LocalEngine
 from isr.engine.summary import summary as summary_of
 from isr.engine.whatif import WhatIf
 from isr.pipeline.listeners import standard_listeners
+from isr.cli import main
 from isr.sim.cluster import Simulator
 from isr.sim.scenario import Scenario, load_scenario, scenario_names
 
@@ -74,6 +75,56 @@ def test_scenario_decisions_match_what_it_documents(name):
                 assert have == [want], f"{name}/{policy}: final ISR sizes {have}, want {want}"
             else:
                 assert have == want, f"{name}/{policy}: {field} {have}, documented {want}"
+
+
+# Scenarios whose followers share sessions with several partitions, or whose
+# faults end, move or stall sessions.
+SESSION_SCENARIOS = ["demo", "broker-crash-recovery", "controlled-shutdown", "stuck-follower",
+                     "kip501-slow-leader", "leader-failover-hw-behind"]
+
+
+@pytest.mark.parametrize("name", SESSION_SCENARIOS)
+def test_session_grain_decides_as_its_per_partition_expansion(name, tmp_path):
+    """`isr simulate --grain session`: one fetch_session per follower FETCH,
+    listing only the partitions whose offset moved; replayed, it gives every
+    decision, alert and final state that the same run written as one fetch
+    per partition of each session gives, under every policy."""
+    sc = load_scenario(name)
+    out = {}
+    for expand in (False, True):
+        events = list(Simulator(sc, grain="session", expand=expand).events())
+        path = tmp_path / f"{expand}.jsonl"
+        path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+        res = tmp_path / f"{expand}.out.jsonl"
+        assert main(["replay", str(path), "-q", "-o", str(res), "--policy", ",".join(POLICIES),
+                     *[x for o in sc.monitor_overrides() for x in ("--set", o)]]) == 0
+        out[expand] = (res.read_bytes(), events)
+    assert out[False][0] == out[True][0]
+    sessions = [e for e in out[False][1] if e["type"] == "fetch_session"]
+    assert sessions and not [e for e in out[False][1] if e["type"] == "fetch"]
+    # one session per leader/follower pair: a full request, then incremental
+    # ones with increasing epochs, each listing only what changed
+    by_pair: dict = {}
+    for e in sessions:
+        by_pair.setdefault((e["leader"], e["replica"]), []).append(e)
+    for pair, evs in by_pair.items():
+        assert evs[0]["full"] and evs[0]["session_epoch"] == 0, pair
+        for a, b in zip(evs, evs[1:]):
+            assert b["full"] or (b["session_id"], b["session_epoch"]) == \
+                (a["session_id"], a["session_epoch"] + 1), (pair, a, b)
+            assert b["ts"] - a["ts"] <= sc.timing.replica_fetch_wait_max_ms + 50 or b["full"] \
+                or _stalled(sc, pair, a["ts"]), (pair, a["ts"], b["ts"])
+    listed = sum(len(e["partitions"]) for e in sessions)
+    assert listed <= len([e for e in out[True][1] if e["type"] == "fetch"])
+    assert '"isr_change"' in out[False][0].decode() or name == "leader-failover-hw-behind"
+
+
+def _stalled(sc: Scenario, pair: tuple[int, int], ts: int) -> bool:
+    """A fault that stops or delays a pair's FETCHes: a paused, crashed, stopped, stuck
+    or slow broker."""
+    return any(f.broker in pair for f in sc.faults
+               if f.kind in ("gc_pause", "crash", "controlled_shutdown", "stuck_follower",
+                             "slow_leader"))
 
 
 def test_kafka_4485_pattern_separates_kip16_from_kafka():

@@ -107,6 +107,51 @@ def test_an_incremental_session_fetches_every_partition_it_holds():
     assert [e["received_ts"] - T0 for e in events if e["type"] == "fetch"][:1] == [999]
 
 
+def test_the_session_grain_writes_each_fetch_request_as_it_was_listed():
+    """`--grain session` (the default of `isr tap request-log`): one
+    fetch_session per FETCH, the new session's id from the response, only the
+    partitions the request listed (with the LEO its read showed), forgotten
+    ones named; the monitor decides on them as on the per-partition fetches."""
+    full = _line(T0 + 1000, fetch_request(15, 2, 7, 0, 0, [_part(0, 10), _part(1, 20)]),
+                 fetch_response(15, 55, [{"partitionIndex": 0, "highWatermark": 10, "size": 0},
+                                         {"partitionIndex": 1, "highWatermark": 20, "size": 0}]))
+    moved = _line(T0 + 1500, fetch_request(15, 2, 7, 55, 1, [_part(0, 12)]),
+                  fetch_response(15, 55, [{"partitionIndex": 0, "highWatermark": 12,
+                                           "size": 300}]))
+    forget = _line(T0 + 2000, fetch_request(15, 2, 7, 55, 2, [_part(0, 15)], forgotten=(1,)),
+                   fetch_response(15, 55, []))
+    events, tap = tap_request_log([full, moved, forget], grain="session")
+    valid(events)
+    got = [(e["session_id"], e["session_epoch"], e["full"], e["ts"] - T0,
+            [(p["partition"], p["fetch_offset"], p.get("leader_leo")) for p in e["partitions"]],
+            [p["partition"] for p in e.get("forgotten", [])])
+           for e in events if e["type"] == "fetch_session"]
+    # the read at +1499 returned records: its LEO (15) is the next fetchOffset,
+    # so that request is written once the next one is read
+    assert got == [(55, 0, True, 999, [(0, 10, 10), (1, 20, 20)], []),
+                   (55, 1, False, 1499, [(0, 12, 15)], []),
+                   (55, 2, False, 1999, [(0, 15, 15)], [1])]
+    assert all(e["broker_epoch"] == 7 and e["received_ts"] == e["ts"]
+               for e in events if e["type"] == "fetch_session")
+    partition, _ = tap_request_log([full, moved, forget])
+    assert [e for e in events if e["type"] == "append"] == \
+        [e for e in partition if e["type"] == "append"]
+
+
+def test_both_grains_decide_the_same_on_a_follower_outage(tmp_path):
+    outage = follower_outage(T0, seconds=70)
+    out = {}
+    for grain in ("session", "partition"):
+        events, _ = tap_request_log(outage.request_log, grain=grain)
+        leaders = [e for e in events_of(names(), cluster_dump(T0))]
+        write(tmp_path / f"{grain}.jsonl", sorted(leaders + events, key=lambda e: e["ts"]))
+        r = cli("replay", str(tmp_path / f"{grain}.jsonl"), "-q", "--policy",
+                "kafka,kip16,legacy,kip501")
+        assert r.returncode == 0, r.stderr
+        out[grain] = r.stdout
+    assert out["session"] == out["partition"] and '"shrink"' in out["session"]
+
+
 def test_the_leader_leo_is_inferred_from_the_next_fetch_and_capped_reads_are_bounds():
     r1 = _line(T0 + 1000, fetch_request(15, 2, 7, 0, 0, [_part(0, 100)]),
                fetch_response(15, 55, [{"partitionIndex": 0, "highWatermark": 100,

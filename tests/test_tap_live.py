@@ -23,6 +23,9 @@ def test_every_broker_gets_its_three_taps_and_the_cluster_one_poller():
     assert args["state-change-1"][:4] == ["tap", "state-change", "/logs/broker-1/state-change.log",
                                           "-F"] and "--replicas" not in args["state-change-1"]
     assert args["metadata"][:6] == ["tap", "metadata", "--poll", "k:9092", "--interval-s", "0.5"]
+    # a job that does not read fetch_session gets per-partition fetches
+    pinned = dict(ClusterTaps("/l/{broker}/{file}", (1,), "k:1", "-", grain="partition").commands())
+    assert pinned["request-log-1"][6:10] == ["--topic-ids", "k:1", "--grain", "partition"]
 
 
 def test_a_file_per_tap_where_the_destination_names_it():

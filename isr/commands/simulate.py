@@ -27,11 +27,13 @@ def starting_now(scenario: Scenario) -> Scenario:
 
 
 def live_events(scenario: Scenario) -> Iterator[dict]:
-    """The scenario without end, each event released when its ts comes."""
-    from isr.sim.cluster import Simulator
+    """The scenario without end, each event released when its ts comes. Per
+    partition: the demo's Spark job reads these (it does not apply
+    fetch_session yet)."""
+    from isr.sim.cluster import PARTITION, Simulator
     from isr.sim.output import in_real_time
 
-    return in_real_time(Simulator(starting_now(scenario), -1).events())
+    return in_real_time(Simulator(starting_now(scenario), -1, grain=PARTITION).events())
 
 
 def feed_live(scenario: Scenario, producer, topic: str, stop: Callable[[], bool]) -> int:
@@ -57,11 +59,13 @@ def list_scenarios(console: Console) -> None:
 
 def simulate(scenario_name: str, to: str, rate: Optional[float], duration_s: Optional[float],
              seed: Optional[int], partitions: int, settings_factory, console: Console,
-             show_progress: bool, forever: bool = False) -> Sent:
+             show_progress: bool, forever: bool = False, grain: str = "session") -> Sent:
     """Returns what was sent; `settings_factory()` gives the Kafka settings
     (only called when producing to Kafka). `forever`: the scenario in real
     time without end (its faults repeat as they are written), for a demo or
-    a docker-compose stack that must keep running."""
+    a docker-compose stack that must keep running. `grain`: `session` (one
+    fetch_session per follower FETCH, as a real cluster) or `partition`
+    (one fetch per partition fetch, isr/sim/cluster.py)."""
     from isr.sim.cluster import Simulator
     from isr.sim.output import write_file
     from isr.sim.scenario import load_scenario
@@ -87,7 +91,7 @@ def simulate(scenario_name: str, to: str, rate: Optional[float], duration_s: Opt
         budget_s, sim_duration = scenario.duration_ms / 1000, None
     if to_kafka:
         scenario = starting_now(scenario)
-    events = Simulator(scenario, sim_duration).events()
+    events = Simulator(scenario, sim_duration, grain=grain).events()
     with _Progress(console, scenario, budget_s, rate, show_progress) as on_progress:
         if not to_kafka:
             sent = write_file(events, to, on_progress)
@@ -167,6 +171,11 @@ def add_parser(sub) -> None:
                    help="seconds to run (default: the scenario's); simulated time, which is "
                         "wall time when producing in real time")
     p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--grain", choices=("session", "partition"), default="session",
+                   help="session (default): each follower broker sends one FETCH per leader "
+                        "broker, a fetch_session event listing only the partitions whose fetch "
+                        "offset changed (KIP-227), as a real cluster; partition: every "
+                        "partition's follower fetches on its own, one fetch event each")
     p.add_argument("--forever", action="store_true",
                    help="kafka://TOPIC only: the scenario in real time without end (its "
                         "repeating faults keep coming), until stopped")
@@ -191,7 +200,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         preflight.writable_file(args.to, "--to")
     sent = simulate(args.scenario, args.to, args.rate, args.duration, args.seed,
                     args.partitions, lambda: options.settings(args), err,
-                    show_progress=not args.quiet and err.is_terminal, forever=args.forever)
+                    show_progress=not args.quiet and err.is_terminal, forever=args.forever,
+                    grain=args.grain)
     if not args.quiet:
         line = f"{sent.events} events in {sent.seconds:.1f} s ({sent.rate:,.0f} events/s"
         if sent.target_rate:

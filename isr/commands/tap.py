@@ -35,8 +35,13 @@ def add_parser(sub) -> None:
 
     p = kinds.add_parser("request-log", help="follower fetches from a broker's kafka-request.log",
                          description="Follower FETCH requests of one broker's request log "
-                                     "(kafka.request.logger=DEBUG) as fetch and append events.")
+                                     "(kafka.request.logger=DEBUG) as fetch_session (or fetch) "
+                                     "and append events.")
     common(p, "the broker's kafka-request.log, or - for stdin")
+    p.add_argument("--grain", choices=("session", "partition"), default="session",
+                   help="session (default): one fetch_session event per follower FETCH, only the "
+                        "partitions it listed (KIP-227); partition: one fetch event per partition "
+                        "of its session, for monitors or jobs that do not read fetch_session")
     p.add_argument("--broker", type=int, required=True, help="the id of the broker that wrote it")
     p.add_argument("--topic-ids", metavar="DUMP|BOOTSTRAP",
                    help="where FetchRequest v13+ topic ids get their names: a metadata dump file "
@@ -123,7 +128,8 @@ def cmd_tap_request_log(args: argparse.Namespace) -> int:
 
     zone = _zone(args.timezone)
     return _run_tap(args, RequestLogTap(args.broker, args.cluster, zone,
-                                        _topic_ids(args.topic_ids, options.settings_once(args))))
+                                        _topic_ids(args.topic_ids, options.settings_once(args)),
+                                        grain=args.grain))
 
 
 def cmd_tap_server_log(args: argparse.Namespace) -> int:

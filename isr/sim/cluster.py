@@ -12,6 +12,22 @@ The cluster keeps a rough ISR of its own (followers served within
 followers learn one fetch late; those HWs are what a new leader starts with.
 Everything random comes from one seeded generator: the same scenario and seed
 give the same events.
+
+Two fetch models (`grain`, docs/simulator.md):
+- `session` (`isr simulate`'s default): as Kafka's replica fetcher does since
+  KIP-227, each follower broker sends one FETCH per leader broker for all the
+  partitions it follows there (one fetch session per leader/follower pair): a
+  full request first (and after a restart or a lost connection), then
+  incremental ones listing only the partitions whose fetch offset changed
+  and forgetting those it stopped fetching, session epochs 1, 2, ...; a
+  request with nothing to read waits at the leader until one of its
+  partitions gets data or `replica.fetch.wait.max.ms`. Each FETCH is one
+  `fetch_session` event; with `expand=True` the same run is written as the
+  per-partition `fetch` events that the FETCH means for every partition of
+  its session (the monitor decides the same on both).
+- `partition`: every partition's follower fetches on its own (`fetch`
+  events), the model before sessions; kept for monitors that do not read
+  `fetch_session`, and its outputs are the golden ones (tests/test_golden.py).
 """
 
 from __future__ import annotations
@@ -23,7 +39,10 @@ from typing import Iterator, Optional
 from isr.sim.scenario import WINDOW_FAULTS, Fault, Scenario, Topic
 
 # Heap actions.
-START, SEND, ARRIVE, SERVE, TIMEOUT, APPEND, FAULT, CRASH_FENCE, RESTART, UNFENCE, STOP = range(11)
+(START, SEND, ARRIVE, SERVE, TIMEOUT, APPEND, FAULT, CRASH_FENCE, RESTART, UNFENCE, STOP,
+ SEND_S, ARRIVE_S, SERVE_S, TIMEOUT_S) = range(15)
+SESSION, PARTITION = "session", "partition"
+GRAINS = (SESSION, PARTITION)
 
 
 class _Broker:
@@ -40,7 +59,7 @@ class _Broker:
 
 class _Follower:
     __slots__ = ("replica", "leo", "hw_known", "gen", "parked", "park_token", "rtt",
-                 "served_ts", "served_leo")
+                 "served_ts", "served_leo", "session")
 
     def __init__(self, replica: int, leo: int, hw_known: int, now: int) -> None:
         self.replica = replica
@@ -52,14 +71,45 @@ class _Follower:
         self.rtt = 0
         self.served_ts = now      # when the leader last served one of its fetches
         self.served_leo = leo
+        self.session: Optional[_Session] = None  # the session whose leader holds it, if any
+
+    def served(self) -> int:
+        """When the leader last served it: its session's last FETCH while a
+        session holds it."""
+        return self.session.served_ts if self.session is not None else self.served_ts
+
+
+class _Session:
+    """A follower broker's fetch session with one leader broker (KIP-227).
+    Partitions by their index in Simulator.partitions."""
+    __slots__ = ("leader", "replica", "members", "cached", "dirty", "left", "behind", "gen",
+                 "parked", "park_token", "rtt", "session_id", "epoch", "full", "served_ts")
+
+    def __init__(self, leader: int, replica: int, now: int) -> None:
+        self.leader, self.replica = leader, replica
+        self.members: dict[int, _Partition] = {}  # led by `leader`, followed by `replica`
+        self.cached: dict[int, int] = {}  # the leader's session: index -> fetch offset
+        self.dirty: set[int] = set()      # members whose fetch offset the leader does not hold
+        self.left: set[int] = set()       # cached partitions that left the members
+        self.behind: set[int] = set()     # members whose leader has data for the follower
+        self.gen = 0
+        self.parked = False
+        self.park_token = 0
+        self.rtt = 0
+        self.session_id = 0
+        self.epoch = 0
+        self.full = True                  # the next request is a full one
+        self.served_ts = now
 
 
 class _Partition:
     __slots__ = ("topic", "partition", "replicas", "leader", "epoch", "leo", "hw", "followers",
-                 "waiting", "spec")
+                 "waiting", "spec", "index")
 
-    def __init__(self, topic: Topic, partition: int, replicas: list[int], now: int) -> None:
+    def __init__(self, topic: Topic, partition: int, replicas: list[int], now: int,
+                 index: int = 0) -> None:
         self.topic, self.partition, self.spec = topic.name, partition, topic
+        self.index = index
         self.replicas = replicas
         self.leader = replicas[0]
         self.epoch = 1
@@ -75,9 +125,32 @@ def assignment(brokers: list[int], topic_index: int, partition: int, rf: int) ->
     return [brokers[(first + i) % n] for i in range(rf)]
 
 
+def kafka_assignment(brokers: list[int], topic_index: int, partition: int, rf: int) -> list[int]:
+    """Kafka's rack-unaware placement (AdminUtils.assignReplicasToBrokersRackUnaware,
+    core/src/main/scala/kafka/admin/AdminUtils.scala at apache/kafka 3.0.0
+    8cb0a5e9d3; in 4.x org.apache.kafka.admin.AdminUtils): leaders round-robin
+    from a start index, each follower shifted by 1 + (shift + j) % (n - 1),
+    the shift growing by one every n partitions. Kafka draws the start index
+    and the first shift at random; here both are the topic's index."""
+    n = len(brokers)
+    first = (partition + topic_index) % n
+    shift = topic_index + partition // n
+    out = [brokers[first]]
+    for j in range(rf - 1):
+        out.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+    return out
+
+
 class Simulator:
-    def __init__(self, scenario: Scenario, duration_ms: Optional[int] = None) -> None:
-        """`duration_ms` None: the scenario's; < 0: run until the consumer stops."""
+    def __init__(self, scenario: Scenario, duration_ms: Optional[int] = None,
+                 grain: str = PARTITION, expand: bool = False) -> None:
+        """`duration_ms` None: the scenario's; < 0: run until the consumer stops.
+        `grain`: the fetch model (module docstring); `expand`: a session run
+        written as per-partition fetches."""
+        if grain not in GRAINS:
+            raise ValueError(f"grain must be one of {GRAINS}, not {grain!r}")
+        self.sessions_on = grain == SESSION
+        self.expand = expand
         self.sc = scenario
         self.t0 = scenario.start_ts
         duration = scenario.duration_ms if duration_ms is None else duration_ms
@@ -88,9 +161,12 @@ class Simulator:
         self.partitions: list[_Partition] = []
         for ti, topic in enumerate(scenario.topics):
             for p in range(topic.partitions):
+                place = kafka_assignment if topic.placement == "kafka" else assignment
                 self.partitions.append(_Partition(
-                    topic, p, assignment(scenario.brokers, ti, p, topic.replication_factor),
-                    self.t0))
+                    topic, p, place(scenario.brokers, ti, p, topic.replication_factor),
+                    self.t0, len(self.partitions)))
+        # (leader, follower) -> its fetch session (session grain)
+        self.sessions: dict[tuple[int, int], _Session] = {}
         self.windows = self._windows(scenario.faults)
         self._random = self.rng.random  # ten times cheaper than Random's int helpers
         self._heap: list = []
@@ -110,7 +186,8 @@ class Simulator:
             self._push(self.t0 + f.at_ms, FAULT, f)
         handlers = (self._start, self._send, self._arrive, self._serve, self._timeout,
                     self._append, self._fault, self._crash_fence, self._restart,
-                    self._unfence, self._stop)
+                    self._unfence, self._stop, self._send_s, self._arrive_s, self._serve_s,
+                    self._timeout_s)
         heap, out, end = self._heap, self._out, self.end
         while heap:
             t, _, action, args = heapq.heappop(heap)
@@ -178,8 +255,13 @@ class Simulator:
             w = p.spec.workload
             if w.kind != "idle":
                 self._push(t + uniform(1, w.interval_ms), APPEND, p)
+            if self.sessions_on:
+                self._join_sessions(p)
+                continue
             for f in p.followers.values():
                 self._push(t + uniform(0, self.tm.replica_fetch_wait_max_ms), SEND, p, f, f.gen)
+        for s in self.sessions.values():
+            self._push(t + uniform(0, self.tm.replica_fetch_wait_max_ms), SEND_S, s, s.gen)
 
     # ------------------------------------------------------------ fetch loop
     def _send(self, t: int, p: _Partition, f: _Follower, gen: int) -> None:
@@ -256,7 +338,7 @@ class Simulator:
 
     def _in_cluster_isr(self, f: _Follower, t: int) -> bool:
         return (self.brokers[f.replica].eligible
-                and t - f.served_ts <= self.tm.replica_lag_time_max_ms)
+                and t - f.served() <= self.tm.replica_lag_time_max_ms)
 
     def _update_hw(self, p: _Partition, t: int) -> None:
         hw = p.leo
@@ -288,6 +370,8 @@ class Simulator:
             for f in waiting:
                 f.parked = False
                 self._respond(t, p, f)
+            if self.sessions_on:
+                self._wake_sessions(t, p)
         self._push(t + gap, APPEND, p)
 
     # ------------------------------------------------------------ faults
@@ -320,12 +404,19 @@ class Simulator:
         # gc_pause, stuck/slow follower and slow_leader act through self.windows.
 
     def _go_down(self, t: int, b: _Broker) -> None:
-        """The process stops: its fetchers' requests in flight are lost."""
+        """The process stops: its fetchers' requests in flight are lost (and,
+        with sessions, the sessions it held as leader)."""
         b.alive = False
         for p in self.partitions:
             f = p.followers.get(b.id)
             if f is not None:
                 self._cancel(p, f)
+        for s in self.sessions.values():
+            if b.id in (s.leader, s.replica):
+                s.full = True
+                if s.replica == b.id:
+                    s.gen += 1
+                    s.parked = False
 
     def _cancel(self, p: _Partition, f: _Follower) -> None:
         f.gen += 1
@@ -357,8 +448,13 @@ class Simulator:
                 self._cancel(p, f)
                 # Its fetchers start once it has caught up with the metadata
                 # log, which is also when the controller unfences it.
-                self._push(t + self.tm.unfence_delay_ms + self.tm.fetch_rtt_ms, SEND, p, f,
-                           f.gen)
+                if not self.sessions_on:
+                    self._push(t + self.tm.unfence_delay_ms + self.tm.fetch_rtt_ms, SEND, p, f,
+                               f.gen)
+        for s in self.sessions.values():
+            if s.replica == b.id:
+                self._push(t + self.tm.unfence_delay_ms + self.tm.fetch_rtt_ms, SEND_S, s,
+                           s.gen)
         self._push(t + self.tm.unfence_delay_ms, UNFENCE, b)
 
     def _unfence(self, t: int, b: _Broker) -> None:
@@ -380,6 +476,8 @@ class Simulator:
                       if r != old and self._in_cluster_isr(p.followers[r], t)]
         if not candidates:
             return
+        if self.sessions_on:
+            self._leave_sessions(p)
         new = candidates[0]
         nf = p.followers[new]
         self._cancel(p, nf)  # it stops fetching: it is the leader now
@@ -401,6 +499,245 @@ class Simulator:
         p.leader, p.epoch, p.leo, p.hw = new, p.epoch + 1, new_leo, hw
         p.followers, p.waiting = followers, []
         self._emit_leader(p, t, isr, hw)
+        if self.sessions_on:  # the new leader's sessions take it at their next request
+            self._join_sessions(p)
+            return
         for f in followers.values():
             if self.brokers[f.replica].alive:
                 self._push(t + self.tm.fetch_rtt_ms, SEND, p, f, f.gen)
+
+    # ------------------------------------------------------------ fetch sessions
+    def _session(self, leader: int, replica: int) -> _Session:
+        s = self.sessions.get((leader, replica))
+        if s is None:
+            s = self.sessions[(leader, replica)] = _Session(leader, replica, self.now)
+            if self.now > self.t0:  # a pair that had nothing to fetch until now
+                self._push(self.now + self.tm.fetch_rtt_ms, SEND_S, s, s.gen)
+        return s
+
+    def _join_sessions(self, p: _Partition) -> None:
+        """`p` (new, or under a new leader) joins its followers' sessions with
+        its leader: listed at their next request."""
+        i = p.index
+        for f in p.followers.values():
+            f.session = None
+            s = self._session(p.leader, f.replica)
+            s.members[i] = p
+            s.left.discard(i)
+            s.dirty.add(i)
+            if p.leo > f.leo:
+                s.behind.add(i)
+
+    def _leave_sessions(self, p: _Partition) -> None:
+        """`p` changes leader: its followers' sessions with the old leader
+        forget it at their next request."""
+        i = p.index
+        for f in p.followers.values():
+            s = self.sessions.get((p.leader, f.replica))
+            if s is None or i not in s.members:
+                continue
+            f.served_ts = f.served()
+            f.session = None
+            del s.members[i]
+            s.dirty.discard(i)
+            s.behind.discard(i)
+            if i in s.cached:
+                s.left.add(i)
+
+    def _wake_sessions(self, t: int, p: _Partition) -> None:
+        """New data in `p`: its followers' sessions have something to read; a
+        parked request is answered now."""
+        i = p.index
+        for f in p.followers.values():
+            s = self.sessions.get((p.leader, f.replica))
+            if s is None or i not in s.members:
+                continue
+            if p.leo > f.leo:
+                s.behind.add(i)
+            if s.parked and i in s.cached:
+                s.parked = False
+                self._respond_s(t, s)
+
+    def _stuck(self, s: _Session, t: int) -> set[int]:
+        """Members its fetcher leaves out (a stuck_follower fault scoped to
+        them): the follower removes a failing partition from its fetcher."""
+        if "stuck_follower" not in self.windows:
+            return set()
+        return {i for i, p in s.members.items()
+                if self._window("stuck_follower", s.replica, t, p) is not None}
+
+    def _send_s(self, t: int, s: _Session, gen: int) -> None:
+        """The follower's fetcher sends its next FETCH to this leader."""
+        if gen != s.gen or not self.brokers[s.replica].alive:
+            return
+        blocked = self._window("gc_pause", s.replica, t) or self._broker_stuck(s.replica, t)
+        if blocked is not None:
+            self._push(blocked[1], SEND_S, s, gen)
+            return
+        if not s.members and not s.cached:  # nothing to fetch here: look again later
+            self._push(t + self.tm.replica_fetch_wait_max_ms, SEND_S, s, gen)
+            return
+        slow = self._window("slow_follower", s.replica, t)
+        s.rtt = (self.tm.fetch_rtt_ms + (slow[0].extra_rtt_ms if slow else 0)
+                 + self._uniform(0, self.tm.fetch_jitter_ms))
+        self._push(t + s.rtt // 2, ARRIVE_S, s, gen)
+
+    def _broker_stuck(self, broker: int, t: int) -> Optional[tuple[Fault, int]]:
+        """A stuck_follower fault on the whole broker (no topic, no partition)."""
+        for f in self.windows.get("stuck_follower", {}).get(broker, ()):
+            if f.topic is None and f.partition is None:
+                start = self.t0 + f.at_ms
+                if t < start:
+                    continue
+                if f.repeat_every_ms:
+                    start += (t - start) // f.repeat_every_ms * f.repeat_every_ms
+                if t < start + f.duration_ms:
+                    return f, start + f.duration_ms
+        return None
+
+    def _arrive_s(self, t: int, s: _Session, gen: int) -> None:
+        if gen != s.gen:
+            return
+        leader = self.brokers[s.leader]
+        if not leader.alive:  # connection refused: back off, then a new session
+            s.full = True
+            self._push(t + self.tm.replica_fetch_backoff_ms, SEND_S, s, gen)
+            return
+        paused = self._window("gc_pause", s.leader, t)
+        if paused is not None:
+            self._push(paused[1], ARRIVE_S, s, gen)
+            return
+        slow = self._window("slow_leader", s.leader, t)
+        if slow is not None and slow[0].serve_ms > 0:
+            leos = {}
+            for i, p in s.members.items():
+                f = p.followers[s.replica]
+                leos[i] = p.leo
+                ev = self._base(p, t, "fetch_start")
+                ev.update(replica=s.replica, fetch_offset=f.leo, leader_leo=p.leo)
+                self._out.append(ev)
+            self._push(t + slow[0].serve_ms, SERVE_S, s, gen, t, leos)
+        else:
+            self._serve_s(t, s, gen, t, None)
+
+    def _serve_s(self, t: int, s: _Session, gen: int, received: int,
+                 leos: Optional[dict[int, int]]) -> None:
+        """The leader takes the FETCH: the `fetch_session` event."""
+        if gen != s.gen:
+            return
+        stuck = self._stuck(s, t)
+        full = s.full
+        if full:
+            for i in s.cached:
+                p = s.members.get(i)
+                if p is not None:
+                    p.followers[s.replica].session = None
+            s.cached, s.left = {}, set()
+            s.session_id = self._uniform(1, 2**31 - 1)
+            s.epoch = 0
+            listed = [i for i in s.members if i not in stuck]
+            forgotten: list[int] = []
+            s.behind = {i for i, p in s.members.items() if p.leo > p.followers[s.replica].leo}
+        else:
+            listed = sorted(i for i in s.dirty if i not in stuck)
+            forgotten = sorted(i for i in (s.left | stuck) if i in s.cached)
+        if not listed and not forgotten and not s.cached:
+            self._park(t, s, gen)
+            return
+        served_before = s.served_ts
+        for i in forgotten:
+            del s.cached[i]
+            p = s.members.get(i)
+            if p is not None:  # stuck: it rejoins when it is fetched again
+                f = p.followers[s.replica]
+                f.served_ts, f.session = served_before, None
+                s.dirty.add(i)
+        s.left = set()
+        epoch = self.brokers[s.replica].epoch
+        parts = []
+        for i in listed:
+            p = s.members[i]
+            f = p.followers[s.replica]
+            s.cached[i] = f.leo
+            s.dirty.discard(i)
+            f.session, f.served_leo = s, f.leo
+            parts.append(p)
+        s.served_ts = t
+        self._emit_session(t, s, received, leos, full, parts, forgotten, epoch)
+        for p in parts:
+            self._update_hw(p, t)
+        s.full = False
+        s.epoch = 1 if s.epoch == 2**31 - 1 else s.epoch + 1
+        if any(i in s.cached for i in s.behind):
+            self._respond_s(t, s)
+        else:
+            self._park(t, s, gen)
+
+    def _emit_session(self, t: int, s: _Session, received: int,
+                      leos: Optional[dict[int, int]], full: bool, parts: list[_Partition],
+                      forgotten: list[int], broker_epoch: int) -> None:
+        def leo_of(p: _Partition) -> int:
+            return p.leo if leos is None else leos.get(p.index, p.leo)
+
+        if self.expand:  # what the FETCH means for every partition of the session
+            listed = {p.index for p in parts}
+            for i, offset in s.cached.items():
+                p = s.members[i]
+                ev = self._base(p, t, "fetch")
+                ev.update(replica=s.replica, fetch_offset=offset,
+                          leader_leo=leo_of(p) if i in listed else max(p.leo, offset))
+                if received != t:
+                    ev["received_ts"] = received
+                ev["broker_epoch"] = broker_epoch
+                self._out.append(ev)
+            return
+        ev = {"v": 1, "type": "fetch_session", "cluster": self.sc.cluster, "ts": t,
+              "leader": s.leader, "replica": s.replica}
+        if received != t:
+            ev["received_ts"] = received
+        ev.update(broker_epoch=broker_epoch, session_id=s.session_id,
+                  session_epoch=0 if full else s.epoch, full=full,
+                  partitions=[{"topic": p.topic, "partition": p.partition,
+                               "leader_epoch": p.epoch, "fetch_offset": s.cached[p.index],
+                               "leader_leo": leo_of(p)} for p in parts])
+        if forgotten:
+            ev["forgotten"] = [{"topic": self.partitions[i].topic,
+                                "partition": self.partitions[i].partition} for i in forgotten]
+        self._out.append(ev)
+
+    def _park(self, t: int, s: _Session, gen: int) -> None:
+        """Nothing to read: the request waits for data, at most wait_max."""
+        s.parked = True
+        s.park_token += 1
+        self._push(t + self.tm.replica_fetch_wait_max_ms, TIMEOUT_S, s, gen, s.park_token)
+
+    def _timeout_s(self, t: int, s: _Session, gen: int, token: int) -> None:
+        if gen == s.gen and s.parked and s.park_token == token:
+            s.parked = False
+            self._respond_s(t, s)
+
+    def _respond_s(self, t: int, s: _Session) -> None:
+        """The response: each cached partition with data moves the follower
+        up (bounded); then the response travels back and the next FETCH goes."""
+        limit = self.tm.replica_fetch_max_messages
+        for i in sorted(s.behind):
+            p = s.members.get(i)
+            if p is None:
+                s.behind.discard(i)
+                continue
+            if i not in s.cached:
+                continue
+            f = p.followers[s.replica]
+            most = limit
+            if self.windows:
+                slow = self._window("slow_follower", s.replica, t, p)
+                if slow is not None and slow[0].fetch_max_messages is not None:
+                    most = slow[0].fetch_max_messages
+            moved = max(0, min(p.leo - f.leo, most))
+            if moved:
+                f.leo += moved
+                s.dirty.add(i)
+            f.hw_known = p.hw
+            if f.leo >= p.leo:
+                s.behind.discard(i)
+        self._push(t + s.rtt - s.rtt // 2, SEND_S, s, s.gen)

@@ -51,6 +51,10 @@ class Topic(_Strict):
     replication_factor: Annotated[int, Field(ge=1)] = 3
     min_insync_replicas: Optional[Annotated[int, Field(ge=1)]] = None
     workload: Workload = Workload()
+    # `round-robin`: replicas on consecutive brokers; `kafka`: Kafka's own
+    # rack-unaware placement, whose follower shift grows every len(brokers)
+    # partitions, so every broker pair shares partitions (isr/sim/cluster.py)
+    placement: Literal["round-robin", "kafka"] = "round-robin"
 
 
 class Timing(_Strict):

@@ -43,6 +43,9 @@ class ClusterTaps:
     poll_interval_s: float = 1.0
     sources: Sequence[str] = ("request-log", "state-change", "server-log", "metadata")
     extra: list[str] = field(default_factory=list)  # e.g. --set kafka.bootstrap_servers=...
+    # the request-log taps' grain: "session" (fetch_session, their default) or
+    # "partition" (per-partition fetch, for a monitor that does not read fetch_session)
+    grain: str = "session"
 
     def commands(self) -> list[tuple[str, list[str]]]:
         """(name, the `isr` arguments) of every tap, in a fixed order."""
@@ -54,6 +57,8 @@ class ClusterTaps:
                 args = ["tap", tap, self.log_path.format(broker=broker, file=file), "-F"]
                 if tap == "request-log":
                     args += ["--broker", str(broker), "--topic-ids", self.bootstrap]
+                    if self.grain != "session":
+                        args += ["--grain", self.grain]
                 out.append((f"{tap}-{broker}", args + self._sink(f"{tap}-{broker}")))
         if "metadata" in self.sources:
             out.append(("metadata", ["tap", "metadata", "--poll", self.bootstrap,

@@ -9,9 +9,16 @@ only when not at their default; records as `recordsSizeInBytes`), and the
 request's timings. The broker writing the log leads the partitions its
 followers fetch.
 
-Per follower FETCH, every partition of its fetch session becomes a `fetch`
-event at the end of the leader's read (arrival + localTimeMs), with
-`received_ts` = arrival (line time - totalTimeMs + requestQueueTimeMs):
+Two grains (docs/tap.md). `session` (the default of `isr tap request-log`):
+one `fetch_session` event per follower FETCH, with the session's id and
+epoch and only the partitions the request listed, as Kafka's leader received
+it (KIP-227). `partition` (for old monitors and backfills): every partition
+of the request's fetch session becomes a `fetch` event. Either way the
+fetch is at the end of the leader's read (arrival + localTimeMs), with
+`received_ts` = arrival (line time - totalTimeMs + requestQueueTimeMs), and
+the session grain is exactly the partition grain's fetches grouped by
+request (a listed partition carries the `leader_leo` its `fetch` would; an
+unlisted one's is the leader's LEO of the `append` events before it):
 - Incremental sessions (KIP-227): a follower lists only partitions whose
   fetch state changed and the leader leaves unchanged ones out of its
   response, so the session's partition set is kept and every FETCH counts for
@@ -23,7 +30,9 @@ event at the end of the leader's read (arrival + localTimeMs), with
   that is only a lower bound, raised to the highest LEO the other followers'
   reads showed before it (a follower too slow to fetch all that was appended
   between its fetches, issue 22's slow follower). `append` events follow the
-  inferred LEO up.
+  inferred LEO up. At the session grain a request whose reads wait for
+  their LEO is written when the last of them is known (its session's next
+  request, as the partition grain writes those `fetch`es).
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ from isr.tap.lines import Log4jTap, LogLine
 
 PREFIX = "Completed request:"
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1  # FetchMetadata: a full fetch (new / no session)
+SESSION, PARTITION = "session", "partition"
+GRAINS = (SESSION, PARTITION)
 
 
 def kafka_topic_id(value: str) -> str:
@@ -66,21 +77,38 @@ class Session:
 
 
 @dataclass
+class Held:
+    """Session grain: one FETCH's `fetch_session` event, written once every
+    read of it knows its LEO (`waiting` reaches 0 after `open` ends)."""
+    event: dict
+    listed: list[tuple[tuple[str, int], Wanted]]  # in the request's order
+    fetches: dict[tuple[str, int], dict] = field(default_factory=dict)
+    waiting: int = 0
+    open: bool = True  # the request is still being read
+    empty: bool = False
+
+
+@dataclass
 class Pending:
     """A read that returned records: its LEO is the follower's next fetchOffset."""
     event: Optional[dict]  # the fetch to complete (None: the fetch went out already)
     ts: int                # when the leader's LEO was seen
     capped: bool
     leader_epoch: int
+    held: Optional[Held] = None  # session grain: the request it belongs to
 
 
 class RequestLogTap(Log4jTap):
     """Lines of one broker's request log in, events out (`feed` / `finish`)."""
 
     def __init__(self, broker: int, cluster: str = "default", timezone: str = "UTC",
-                 topic_names: Optional[Callable[[str], Optional[str]]] = None) -> None:
+                 topic_names: Optional[Callable[[str], Optional[str]]] = None,
+                 grain: str = PARTITION) -> None:
         super().__init__(timezone)
+        if grain not in GRAINS:
+            raise ValueError(f"grain must be one of {GRAINS}, not {grain!r}")
         self.broker = broker
+        self.grain = grain
         self.cluster = cluster
         self.topic_names = topic_names or (lambda _id: None)
         self.names_topic_ids = topic_names is not None  # --topic-ids given
@@ -145,17 +173,23 @@ class RequestLogTap(Log4jTap):
         if response.get("errorCode", 0) != 0:
             return self.skip(f"FETCH error {response['errorCode']}")
         out: list[dict] = []
-        session = self._session(replica, request, response, out)
+        session, sid, forgotten = self._session(replica, request, response, out)
         arrival = line_ts - desc["totalTimeMs"] + desc["requestQueueTimeMs"]
         received = int(round(arrival))
         read_ts = max(received, int(round(arrival + desc["localTimeMs"])))
         served = self._served(response)
         total = sum(size for _hw, size, _err in served.values())
-        for tp, wanted in session.parts.items():
+        held = None
+        if self.grain == SESSION:
+            held = self._held(request, session, sid, forgotten, replica, broker_epoch,
+                              read_ts, received)
+        for tp, wanted in list(session.parts.items()):
             self._resolve((replica, *tp), wanted.fetch_offset, out)
             got = served.get(tp)
             if got is not None and got[2]:
                 self.skipped[f"partition error {got[2]}"] += 1
+                if held is not None:
+                    self._leave_out(held, session, tp)
                 continue
             if wanted.leader_epoch < 0:
                 self.skipped["partition without currentLeaderEpoch (FetchRequest < v9)"] += 1
@@ -168,6 +202,9 @@ class RequestLogTap(Log4jTap):
                 ev["log_start_offset"] = wanted.log_start_offset
             if broker_epoch >= 0:
                 ev["broker_epoch"] = broker_epoch
+            if held is not None:
+                held.fetches[tp] = ev
+                held.waiting += 1
             size = 0 if got is None else got[1]
             waited = desc.get("remoteTimeMs", 0) > 0
             capped = size >= wanted.max_bytes or total >= request.get("maxBytes", 2**31 - 1)
@@ -175,23 +212,91 @@ class RequestLogTap(Log4jTap):
                 # Nothing to read at the (first) read: caught up, LEO exact.
                 ev["leader_leo"] = wanted.fetch_offset
                 self._append(tp, wanted.leader_epoch, wanted.fetch_offset, read_ts, out)
-                out.append(ev)
+                self._written(ev, held, out)
                 if size:  # records came while it waited: LEO rose by its end
                     self.pending[(replica, *tp)] = Pending(None, int(round(line_ts)), capped,
                                                            wanted.leader_epoch)
             else:
-                self.pending[(replica, *tp)] = Pending(ev, read_ts, capped, wanted.leader_epoch)
+                self.pending[(replica, *tp)] = Pending(ev, read_ts, capped, wanted.leader_epoch,
+                                                       held)
+        if held is not None:
+            held.open = False
+            # a session that holds nothing (its topics' ids unknown) says nothing
+            held.empty = not session.parts and "forgotten" not in held.event
+            self._written(None, held, out)
         return out
 
-    def _session(self, replica: int, request: dict, response: dict, out: list) -> Session:
-        """The fetch session after this request (KIP-227, FetchSession.scala);
-        reads of partitions it forgets are settled into `out`."""
+    # ------------------------------------------------------------ session grain
+    def _held(self, request: dict, session: Session, sid: int,
+              forgotten: list[tuple[str, int]], replica: int, broker_epoch: int,
+              read_ts: int, received: int) -> Held:
+        """The request's `fetch_session` event, its partitions still to fill in."""
+        epoch = request.get("sessionEpoch", FINAL_EPOCH)
+        full = epoch in (INITIAL_EPOCH, FINAL_EPOCH)
+        ev = {"v": 1, "type": "fetch_session", "cluster": self.cluster, "ts": read_ts,
+              "leader": self.broker, "replica": replica, "received_ts": received,
+              "session_id": sid, "session_epoch": epoch, "full": full}
+        if broker_epoch >= 0:
+            ev["broker_epoch"] = broker_epoch
+        listed = []
+        for topic in request.get("topics", ()):
+            name = self._name(topic)
+            for p in topic["partitions"] if name is not None else ():
+                tp = (name, p["partition"])
+                if tp in session.parts and session.parts[tp].leader_epoch >= 0:
+                    listed.append((tp, session.parts[tp]))
+        relisted = {tp for tp, _w in listed}
+        forgotten = [tp for tp in forgotten if tp not in relisted]
+        if forgotten and not full:
+            ev["forgotten"] = [{"topic": t, "partition": p} for t, p in forgotten]
+        return Held(ev, listed)
+
+    def _leave_out(self, held: Held, session: Session, tp: tuple[str, int]) -> None:
+        """A partition whose read failed is taken out of the session, as the
+        follower does (it removes a failed partition from its fetcher): the
+        partition grain writes no `fetch` for it, and the monitor must not
+        count later FETCHes of the session for it either."""
+        self.approximate["partitions taken out of their session after a partition error"] += 1
+        del session.parts[tp]
+        held.listed = [(t, w) for t, w in held.listed if t != tp]
+        if not held.event["full"]:
+            held.event.setdefault("forgotten", []).append({"topic": tp[0], "partition": tp[1]})
+
+    def _written(self, ev: Optional[dict], held: Optional[Held], out: list) -> None:
+        """A `fetch` is complete: out at the partition grain; at the session
+        grain, its request's event goes out once it is the last one."""
+        if held is None:
+            if ev is not None:
+                out.append(ev)
+            return
+        if ev is not None:
+            held.waiting -= 1
+        if held.open or held.waiting or held.empty:
+            return
+        parts = []
+        for tp, wanted in held.listed:
+            fetch = held.fetches.get(tp)
+            p = {"topic": tp[0], "partition": tp[1], "leader_epoch": wanted.leader_epoch,
+                 "fetch_offset": wanted.fetch_offset}
+            if fetch is not None:
+                p["leader_leo"] = fetch["leader_leo"]
+            parts.append(p)
+        held.event["partitions"] = parts
+        out.append(held.event)
+
+    def _session(self, replica: int, request: dict, response: dict,
+                 out: list) -> tuple[Session, int, list[tuple[str, int]]]:
+        """The fetch session after this request (KIP-227, FetchSession.scala),
+        its id (a new session's is the response's) and the partitions it
+        forgot; reads of those are settled into `out`."""
         epoch = request.get("sessionEpoch", FINAL_EPOCH)
         sid = request.get("sessionId", 0)
+        forgotten: list[tuple[str, int]] = []
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch: the list is all
             self.sessions.pop(sid, None)
             session = Session(replica)
             new_id = response.get("sessionId", 0)
+            sid = new_id if epoch == INITIAL_EPOCH else 0
             if epoch == INITIAL_EPOCH and new_id:
                 self.sessions[new_id] = session
         else:
@@ -202,7 +307,8 @@ class RequestLogTap(Log4jTap):
         for topic in request.get("forgottenTopicsData", ()):
             name = self._name(topic)
             for p in topic["partitions"]:
-                session.parts.pop((name, p), None)
+                if session.parts.pop((name, p), None) is not None:
+                    forgotten.append((name, p))
                 self._resolve((replica, name, p), None, out)
         for topic in request.get("topics", ()):
             name = self._name(topic)
@@ -214,7 +320,7 @@ class RequestLogTap(Log4jTap):
                 session.parts[(name, p["partition"])] = Wanted(
                     p["fetchOffset"], p.get("currentLeaderEpoch", -1),
                     p.get("partitionMaxBytes", 2**31 - 1), p.get("logStartOffset"))
-        return session
+        return session, sid, forgotten
 
     def _name(self, topic: dict) -> Optional[str]:
         if "topic" in topic:  # v0-12
@@ -253,7 +359,7 @@ class RequestLogTap(Log4jTap):
         self._append(key[1:], pending.leader_epoch, leo, pending.ts, out)
         if ev is not None:
             ev["leader_leo"] = leo
-            out.append(ev)
+            self._written(ev, pending.held, out)
 
     def _known_leo(self, tp: tuple[str, int], pending: Pending) -> int:
         """The highest LEO other reads saw up to this read (same leader epoch):

@@ -44,7 +44,10 @@ def test_real_time_events_reach_the_topic_keyed_by_partition_at_wall_clock(broke
     assert len(msgs) == sent > 50  # ~30 events/s for 3 s, none lost
     events = [json.loads(m.value()) for m in msgs]
     partition_events = [(m.key(), e) for m, e in zip(msgs, events) if e["type"] != "broker"]
-    assert all(k == b"events/0" for k, _ in partition_events)
+    # a partition's events keyed by it, a FETCH (its session) by its leader
+    assert all(k == (b"leader/1001" if e["type"] == "fetch_session" else b"events/0")
+               for k, e in partition_events)
+    assert {e["type"] for e in events} >= {"fetch_session", "append"}
     # Real time: event time is wall-clock time, from the next whole second on.
     assert all(started - 1000 <= e["ts"] <= finished for e in events)
     assert min(e["ts"] for e in events) % 1000 == 0
