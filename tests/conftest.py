@@ -102,8 +102,14 @@ def kafka(kafka_cluster):
         elif kafka_cluster.pid(node) is None:
             kafka_cluster.restart_node(node)
     kafka_cluster.wait_calm()
+    before = set(kafka_cluster.topics())
     yield kafka_cluster
     kafka_cluster.check()
+    # The test's topics go: every follower fetches each partition it has
+    # (one request-log line and one event each, for every later test's taps
+    # and job), and their replication would cost the next tests CPU.
+    if all(kafka_cluster.expected.get(n) == "running" for n in kafka_cluster.nodes):
+        kafka_cluster.delete_topics(set(kafka_cluster.topics()) - before)
 
 
 @pytest.fixture(scope="session")
