@@ -8,10 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from isr.stream.jvm import QUICK_START_JVM
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import helpers`
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("ISR_SPARK_LOG_LEVEL", "ERROR")
+# Every JVM Spark starts for a test (pyspark's sessions, spark-submit's
+# drivers) with the quick-start options: the tests' runs are short.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_START_JVM)
 
 
 @pytest.fixture(scope="session")
