@@ -486,7 +486,8 @@ def load_settings(
 
 
 # Environment variables of ours that are no setting.
-OPERATIONAL_ENV = frozenset({"ISR_CONFIG", "ISR_SPARK_LOG_LEVEL", "ISR_SPARK_UI", "ISR_TANSU_BIN"})
+OPERATIONAL_ENV = frozenset({"ISR_CONFIG", "ISR_SPARK_LOG_LEVEL", "ISR_SPARK_UI", "ISR_TANSU_BIN",
+                             "ISR_SPARK_JAVA_OPTIONS"})
 
 
 def _env_names(model: type[BaseModel], prefix: str) -> set[str]:

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from isr.stream.jvm import QUICK_START_JVM
+
 PORT_BASE = int(os.environ.get("TEST_SPARK_PORT_BASE", "19400"))
 HOST = "127.0.0.1"
 EXECUTOR_MEMORY = "512m"  # Spark's least (reserved 300 MB × 1.5)
@@ -105,7 +107,7 @@ class StandaloneCluster:
 
     def _spawn(self, cls: str, args: list[str], log: Path) -> subprocess.Popen:
         cmd = [str(spark_home() / "bin" / "spark-class"), cls, *args]
-        env = clean_env(SPARK_DAEMON_MEMORY="256m",
+        env = clean_env(SPARK_DAEMON_MEMORY="256m", SPARK_DAEMON_JAVA_OPTS=QUICK_START_JVM,
                         SPARK_LOG_DIR=str(self.base / "logs"),
                         SPARK_WORKER_DIR=str(self.base / "work"))
         f = open(log, "wb")
@@ -180,6 +182,7 @@ class StandaloneCluster:
                  "spark.driver.port": p + 30, "spark.driver.blockManager.port": p + 31,
                  "spark.blockManager.port": p + 40, "spark.port.maxRetries": 8,
                  "spark.ui.enabled": "false", "spark.executor.memory": EXECUTOR_MEMORY,
+                 "spark.executor.extraJavaOptions": QUICK_START_JVM,
                  "spark.executor.cores": 1, "spark.cores.max": self.n_workers}
         return [arg for k, v in pairs.items() for arg in ("--conf", f"{k}={v}")]
 

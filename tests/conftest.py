@@ -8,10 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from isr.stream.jvm import QUICK_START_JVM
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import helpers`
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("ISR_SPARK_LOG_LEVEL", "ERROR")
+# Every JVM Spark starts for a test (pyspark's sessions, spark-submit's
+# drivers) with the quick-start options: the tests' runs are short.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_START_JVM)
 
 
 @pytest.fixture(scope="session")
@@ -102,8 +107,14 @@ def kafka(kafka_cluster):
         elif kafka_cluster.pid(node) is None:
             kafka_cluster.restart_node(node)
     kafka_cluster.wait_calm()
+    before = set(kafka_cluster.topics())
     yield kafka_cluster
     kafka_cluster.check()
+    # The test's topics go: every follower fetches each partition it has
+    # (one request-log line and one event each, for every later test's taps
+    # and job), and their replication would cost the next tests CPU.
+    if all(kafka_cluster.expected.get(n) == "running" for n in kafka_cluster.nodes):
+        kafka_cluster.delete_topics(set(kafka_cluster.topics()) - before)
 
 
 @pytest.fixture(scope="session")

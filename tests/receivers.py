@@ -135,7 +135,10 @@ class Prometheus:
     """Debian's prometheus scraping `target` (host:port, or a list) every
     second and evaluating the rules of conf/prometheus/rules.yml every second."""
 
-    def __init__(self, target, rules: str, port: Optional[int] = None) -> None:
+    def __init__(self, target, rules: str, port: Optional[int] = None,
+                 brokers: Optional[list[str]] = None, cluster: str = "default") -> None:
+        """`brokers`: the brokers' JMX exporters, scraped by a job of their own
+        whose target label `cluster` names their cluster (docs/real-kafka.md)."""
         targets = [target] if isinstance(target, str) else list(target)
         self.dir = tempfile.mkdtemp(prefix="isr-prom-")
         self.port = port or free_port()
@@ -151,6 +154,12 @@ scrape_configs:
   - job_name: isr-monitor
     static_configs:
       - targets: {json.dumps(targets)}
+""")
+            if brokers:
+                f.write(f"""  - job_name: kafka-brokers
+    static_configs:
+      - targets: {json.dumps(brokers)}
+        labels: {{cluster: {json.dumps(cluster)}}}
 """)
         self.proc: Optional[subprocess.Popen] = None
 

@@ -34,9 +34,11 @@ PARTITION = CLUSTER + ', topic=~"$topic", partition=~"$partition"'
 GREEN, ORANGE, RED = "green", "orange", "red"
 # The brokers' own ReplicaManager metrics as the Prometheus JMX exporter java
 # agent exports them with jvm/kafka/jmx-exporter.yaml (read from a Kafka 4.4
-# broker's /metrics; docs/real-kafka.md). They carry no `cluster` label: a
-# Prometheus scraping several clusters' brokers sums them all.
+# broker's /metrics; docs/real-kafka.md). Their `cluster` label is the scrape
+# job's target label (docs/real-kafka.md, "The brokers' own counters"): the
+# panels show the chosen cluster's brokers beside the monitor's view of it.
 BROKER = "kafka_server_replicamanager_"
+BROKERS = 'cluster=~"$cluster"'
 
 
 def query(expr: str, legend: str = "__auto", ref: str = "A", instant: bool = False):
@@ -125,24 +127,24 @@ def overview():
             .with_panel(series("ISR shrinks and expands per second: monitor vs brokers",
                                [(f'sum(rate(isr_shrinks_total{{{c}, cause="leader"}}[5m]))',
                                  "shrinks (monitor)"),
-                                (f"sum(rate({BROKER}isrshrinkspersec_total[5m]))",
+                                (f"sum(rate({BROKER}isrshrinkspersec_total{{{BROKERS}}}[5m]))",
                                  "shrinks (brokers)"),
                                 (f'sum(rate(isr_expands_total{{{c}, cause="leader"}}[5m]))',
                                  "expands (monitor)"),
-                                (f"sum(rate({BROKER}isrexpandspersec_total[5m]))",
+                                (f"sum(rate({BROKER}isrexpandspersec_total{{{BROKERS}}}[5m]))",
                                  "expands (brokers)")], 0, 12, "ops"))
             .with_panel(series("Under-replicated, under and at min ISR: monitor vs brokers",
                                [(f"sum(isr_under_replicated_partitions{{{c}}})",
                                  "under-replicated (monitor)"),
-                                (f"sum({BROKER}underreplicatedpartitions)",
+                                (f"sum({BROKER}underreplicatedpartitions{{{BROKERS}}})",
                                  "under-replicated (brokers)"),
                                 (f"sum(isr_under_min_isr_partitions{{{c}}})",
                                  "under min ISR (monitor)"),
-                                (f"sum({BROKER}underminisrpartitioncount)",
+                                (f"sum({BROKER}underminisrpartitioncount{{{BROKERS}}})",
                                  "under min ISR (brokers)"),
                                 (f"sum(isr_at_min_isr_partitions{{{c}}})",
                                  "at min ISR (monitor)"),
-                                (f"sum({BROKER}atminisrpartitioncount)",
+                                (f"sum({BROKER}atminisrpartitioncount{{{BROKERS}}})",
                                  "at min ISR (brokers)")], 12, 12))
             .with_panel(bargauge.Panel().title("Alerts fired (1 h)").datasource(DS)
                         .with_target(query('sum by (alertname) '

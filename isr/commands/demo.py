@@ -152,8 +152,10 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
 
     from isr.pipeline.streaming import StreamingPipeline
     from isr.stream.job import spark_session
+    from isr.stream.jvm import QUICK_START_JVM
     from isr.stream.running import quiet_failures
 
+    os.environ.setdefault("ISR_SPARK_JAVA_OPTIONS", QUICK_START_JVM)  # the first change sooner
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     settings: Settings = load_settings(config, DEMO_OVERRIDES + list(overrides) + [

@@ -130,8 +130,10 @@ class SparkStart:
 
     def _run(self) -> None:
         from isr.stream.job import spark_session
+        from isr.stream.jvm import QUICK_START_JVM
         from isr.stream.running import quiet_failures
 
+        os.environ.setdefault("ISR_SPARK_JAVA_OPTIONS", QUICK_START_JVM)  # the first change sooner
         try:
             self.spark = spark_session(self.settings, self.settings.stream.master)
             quiet_failures(self.spark)

@@ -252,6 +252,75 @@ def tail(path: Path, lines: int = 20) -> str:
         return f"({path} not written)"
 
 
+def formatted_template(props: dict[int, str], cluster_dir: Path) -> Path:
+    """Where the formatted data directories of this configuration are kept:
+    keyed by Kafka's version and every node's server.properties (its own
+    directory written as a placeholder, so any cluster directory shares it)."""
+    import hashlib
+
+    from isr.kafka.jars import cache_root
+
+    key = hashlib.sha256(kafka_version().encode())
+    for node in sorted(props):
+        key.update(props[node].replace(str(cluster_dir), "{dir}").encode())
+    return cache_root() / f"kafka-{kafka_version()}" / "formatted" / key.hexdigest()[:16]
+
+
+def _save_template(template: Path, data_dirs: dict[int, Path], cluster_id: str) -> None:
+    """Copy what StorageTool wrote; renamed into place whole (another run
+    formatting the same configuration at the same time loses the race harmlessly)."""
+    staging = template.with_name(f"{template.name}.{os.getpid()}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for node, data in data_dirs.items():
+            shutil.copytree(data, staging / node_name(node))
+        (staging / "cluster.id").write_text(cluster_id)
+        os.replace(staging, template)
+    except OSError:  # a cache we cannot write (or another run won): format next time too
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def class_archive(java: str) -> Path:
+    """The nodes' class-data sharing archive (AppCDS, JDK 13+): the classes a
+    broker loads, parsed once and mapped by every later JVM of this Java and
+    these jars: a node's start takes half the CPU (measured: the cluster's
+    4 JVMs 22.9 CPU-seconds without, 12.0 with; docs/real-kafka.md). The first
+    cluster stopped cleanly writes it (ArchiveClassesAtExit); a JVM that
+    cannot use it (another Java build) warns in kafka.out and runs without."""
+    import hashlib
+
+    from isr.kafka.jars import cache_root
+
+    real = Path(os.path.realpath(java))
+    st = real.stat()
+    key = hashlib.sha256(f"{real}:{st.st_size}:{st.st_mtime_ns}:{' '.join(JVM_FLAGS)}".encode())
+    return cache_root() / f"kafka-{kafka_version()}" / f"classes-{key.hexdigest()[:12]}.jsa"
+
+
+ARCHIVE_WRITER = 1  # the node whose clean exit writes the archive (a broker: the most classes)
+WRITE_ARCHIVE = "-XX:ArchiveClassesAtExit="
+
+
+def _archive_written_by(pid: int) -> Optional[Path]:
+    """The archive a node writes at its exit (its command line says), if any."""
+    for arg in _cmdline(pid).split():
+        if arg.startswith(WRITE_ARCHIVE):
+            return Path(arg[len(WRITE_ARCHIVE):])
+    return None
+
+
+def _keep_archive(partial: Optional[Path]) -> None:
+    """After the writer's clean exit: its archive, whole, into place."""
+    if partial and partial.exists() and partial.stat().st_size > 0:
+        os.replace(partial, partial.with_name(partial.name.split(".jsa.")[0] + ".jsa"))
+
+
+def _drop_archive(partial: Optional[Path]) -> None:
+    """A writer killed (or one that wrote nothing): nothing half-written is kept."""
+    if partial:
+        partial.unlink(missing_ok=True)
+
+
 # ------------------------------------------------------------------ the cluster
 class KafkaCluster:
     """The nodes' processes, found again through pid files in each node's
@@ -264,6 +333,7 @@ class KafkaCluster:
         self.expected: dict[int, str] = {}  # node -> running | paused | stopped
         self.libs: Optional[Path] = None
         self._log_start: dict[int, int] = {}  # where each node's current run begins in server.log
+        self.timings: dict[str, float] = {}  # the last start's phases, in seconds
         self._atexit = False
 
     # --------------------------------------------------------- paths
@@ -308,9 +378,11 @@ class KafkaCluster:
         return [n for n in self.nodes if self.pid(n) is not None]
 
     # --------------------------------------------------------- start
-    def start(self, timeout_s: float = 120.0, fresh: bool = True) -> "KafkaCluster":
+    def start(self, timeout_s: float = 120.0, fresh: bool = True,
+              ready: bool = True) -> "KafkaCluster":
         """Format (fresh: after wiping the data) and start every node, then
-        wait until each broker logged that it started and Metadata lists them."""
+        wait until each broker logged that it started and Metadata lists them
+        (ready=False: only until each node's JVM writes its server.log)."""
         left = self.running()
         if left:
             if self.conf.detach:  # someone's cluster (the script's): not ours to wipe
@@ -324,13 +396,17 @@ class KafkaCluster:
         started = time.monotonic()
         if fresh or not all((self.data_dir(n) / "meta.properties").exists() for n in self.nodes):
             self._format(java)
+        self.timings = {"format": time.monotonic() - started}
         if not self.conf.detach and not self._atexit:
             atexit.register(self.stop, quiet=True)
             self._atexit = True
         try:
             for node in self.nodes:
                 self.start_node(node, java)
-            self.wait_ready(timeout_s - (time.monotonic() - started))
+            if not ready:
+                self._wait_logging(timeout_s - (time.monotonic() - started))
+                return self
+            self.timings["ready"] = self.wait_ready(timeout_s - (time.monotonic() - started))
         except BaseException:  # a half-started cluster is not left behind
             self.stop(quiet=True)
             raise
@@ -348,14 +424,33 @@ class KafkaCluster:
                         "holds it or choose other ports with ISR_KAFKA_PORT_BASE") from None
 
     def _format(self, java: str) -> None:
-        cluster_id = random_cluster_id()
-        procs = []
+        """Fresh node directories, formatted. StorageTool is four JVM starts
+        (15 s of a loaded 2-core machine); its output depends only on the
+        nodes' configuration, so the first format of a configuration is kept
+        (formatted_template) and later starts copy it: a fresh, empty
+        cluster, the same cluster id each time."""
+        props = {}
         for node in self.nodes:
             d = self.node_dir(node)
             shutil.rmtree(d, ignore_errors=True)
             (d / "logs").mkdir(parents=True)
-            props = d / "server.properties"
-            props.write_text(server_properties(self.conf, node, d))
+            props[node] = server_properties(self.conf, node, d)
+            (d / "server.properties").write_text(props[node])
+        template = formatted_template(props, self.conf.dir)
+        if not (template / "cluster.id").exists():
+            self._storage_format(java)
+            _save_template(template, {n: self.data_dir(n) for n in self.nodes},
+                           (self.conf.dir / "cluster.id").read_text())
+            return
+        for node in self.nodes:
+            shutil.copytree(template / node_name(node), self.data_dir(node))
+        shutil.copyfile(template / "cluster.id", self.conf.dir / "cluster.id")
+
+    def _storage_format(self, java: str) -> None:
+        cluster_id = random_cluster_id()
+        procs = []
+        for node in self.nodes:
+            props = self.node_dir(node) / "server.properties"
             procs.append((node, subprocess.Popen(
                 self._java(java, "kafka.tools.StorageTool", tool=True)
                 + ["format", "-t", cluster_id, "-c", str(props)],
@@ -370,6 +465,9 @@ class KafkaCluster:
     def _java(self, java: str, main: str, tool: bool = False, heap: str = "-Xmx256m",
               node_dir: Optional[Path] = None) -> list[str]:
         cmd = [java, *heap.split(), *JVM_FLAGS, "-cp", f"{self.libs}/*"]
+        archive = class_archive(java)
+        if archive.exists():
+            cmd.insert(1, f"-XX:SharedArchiveFile={archive}")
         if tool:
             cmd += [f"-Dlog4j2.configurationFile={TOOLS_LOG4J2}"]
         else:
@@ -388,6 +486,10 @@ class KafkaCluster:
         d = self.node_dir(node)
         heap = self.conf.controller_heap if node == CONTROLLER_ID else self.conf.broker_heap
         cmd = self._java(java, "kafka.Kafka", heap=heap, node_dir=d)
+        archive = class_archive(java)
+        if node == ARCHIVE_WRITER and not archive.exists():
+            partial = archive.with_name(f"{archive.name}.{uuid.uuid4().hex[:8]}.partial")
+            cmd.insert(1, f"{WRITE_ARCHIVE}{partial}")
         if node != CONTROLLER_ID and self.conf.jmx_exporter:
             agent = next((self.libs / "agent").glob(f"{JMX_AGENT}-*.jar"))
             cmd.insert(1, f"-javaagent:{agent}=127.0.0.1:{self.conf.metrics_port(node)}:"
@@ -432,6 +534,15 @@ class KafkaCluster:
         raise ClusterError(f"the Kafka cluster was not ready within {timeout_s:.0f} s "
                            f"(waiting for {names}); logs in {self.conf.dir}")
 
+    def _wait_logging(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + max(timeout_s, 1.0)
+        while not all(self.log(n).exists() for n in self.nodes):
+            self.check()
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the Kafka nodes wrote no server.log within {timeout_s:.0f} s; "
+                                   f"logs in {self.conf.dir}")
+            time.sleep(0.1)
+
     def metadata_brokers(self) -> list[int]:
         """Broker ids of a Metadata round trip (empty if nobody answers)."""
         from confluent_kafka.admin import AdminClient
@@ -455,6 +566,24 @@ class KafkaCluster:
             return None
         return sorted(f"{t}-{p}" for t, tm in md.topics.items() for p, pm in tm.partitions.items()
                       if set(pm.isrs) != set(pm.replicas))
+
+    def topics(self) -> list[str]:
+        """The topics but Kafka's internal ones (Metadata round trip)."""
+        from confluent_kafka.admin import AdminClient
+
+        md = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}).list_topics(
+            timeout=10)
+        return sorted(t for t in md.topics if not t.startswith("__"))
+
+    def delete_topics(self, topics: Iterable[str], timeout_s: float = 30.0) -> None:
+        """Delete `topics` and wait for the controller to have done it."""
+        from confluent_kafka.admin import AdminClient
+
+        if not topics:
+            return
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        for future in admin.delete_topics(sorted(topics), operation_timeout=timeout_s).values():
+            future.result(timeout=timeout_s)
 
     def wait_calm(self, timeout_s: float = 60.0) -> None:
         """Until every partition's ISR holds all its replicas: a node just
@@ -504,8 +633,10 @@ class KafkaCluster:
     def kill(self, node: int) -> None:
         """kill -9: no controlled shutdown."""
         self.expected[node] = "stopped"
+        pid = self.pid(node)
         self._signal(node, signal.SIGKILL)
         self._reap(node, 10)
+        _drop_archive(pid and _archive_written_by(pid))
 
     def stop_node(self, node: int, timeout_s: float = 30.0) -> None:
         """SIGTERM: a broker's controlled shutdown, then SIGKILL if it hangs."""
@@ -513,11 +644,15 @@ class KafkaCluster:
         self.expected[node] = "stopped"
         if pid is None:
             return
+        partial = _archive_written_by(pid)
         os.killpg(pid, signal.SIGCONT)  # a paused node cannot handle SIGTERM
         os.killpg(pid, signal.SIGTERM)
-        if not self._reap(node, timeout_s):
+        if self._reap(node, timeout_s + (60 if partial else 0)):
+            _keep_archive(partial)
+        else:
             os.killpg(pid, signal.SIGKILL)
             self._reap(node, 10)
+        _drop_archive(partial)
 
     def restart_node(self, node: int, timeout_s: float = 60.0) -> None:
         self.start_node(node)
@@ -543,13 +678,19 @@ class KafkaCluster:
         the controller; anything still there after `timeout_s` is killed."""
         for group in (BROKER_IDS, (CONTROLLER_ID,)):
             pids = {n: self.pid(n) for n in group}
+            partials = {n: pid and _archive_written_by(pid) for n, pid in pids.items()}
             for node, pid in pids.items():
                 self.expected[node] = "stopped"
                 if pid is not None:
                     os.killpg(pid, signal.SIGCONT)
                     os.killpg(pid, signal.SIGTERM)
             for node, pid in pids.items():
-                if pid is not None and not self._reap(node, timeout_s):
+                if pid is None:
+                    continue
+                if self._reap(node, timeout_s + (60 if partials[node] else 0)):
+                    _keep_archive(partials[node])
+                else:
+                    _drop_archive(partials[node])
                     if not quiet:
                         print(f"kafka-cluster: {node_name(node)} did not stop in "
                               f"{timeout_s:.0f} s; killed", file=sys.stderr)
@@ -665,7 +806,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.command == "start":
             t0 = time.monotonic()
             cluster.start(timeout_s=args.timeout, fresh=not args.keep_data)
-            print(f"Kafka {kafka_version()} up in {time.monotonic() - t0:.1f} s: "
+            phases = ", ".join(f"{k} {v:.1f} s" for k, v in cluster.timings.items())
+            print(f"Kafka {kafka_version()} up in {time.monotonic() - t0:.1f} s ({phases}): "
                   f"bootstrap {cluster.bootstrap}, RSS {sum(cluster.rss().values()) >> 20} MB, "
                   f"logs in {cluster.conf.dir}/<node>/logs")
             return 0

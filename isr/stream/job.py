@@ -38,6 +38,8 @@ def driver_java_options() -> str:
     options = ["-Xss16m"]
     if SPARK_LOG4J2.is_file():
         options.append(f"-Dlog4j2.configurationFile={SPARK_LOG4J2.as_uri()}")
+    if os.environ.get("ISR_SPARK_JAVA_OPTIONS"):  # e.g. jvm.QUICK_START_JVM (isr demo)
+        options.append(os.environ["ISR_SPARK_JAVA_OPTIONS"])
     return " ".join(options)
 
 

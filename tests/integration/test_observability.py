@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Optional
 
 import httpx
 import pytest
@@ -33,10 +34,13 @@ VARIABLES = {"cluster": ".*", "topic": ".*", "partition": ".*", "instance": ".*"
              "policy": "kafka"}  # the dashboards show one policy at a time
 
 
-def dashboard_exprs(brokers: bool = False) -> list[tuple[str, str]]:
-    """Every query of every dashboard; the ones on the brokers' own JMX
-    exporter series (kafka_server_*) only with `brokers` (a real cluster's:
+def dashboard_exprs(brokers: bool = False, variables: Optional[dict] = None
+                    ) -> list[tuple[str, str]]:
+    """Every query of every dashboard, its variables set (VARIABLES, or
+    `variables`); the ones on the brokers' own JMX exporter series
+    (kafka_server_*) only with `brokers` (a real cluster's:
     tests/integration/test_real_kafka_metrics.py)."""
+    variables = variables or VARIABLES
     out = []
     for path in sorted((ROOT / "conf/grafana/dashboards").glob("*.json")):
         d = json.loads(path.read_text())
@@ -44,7 +48,7 @@ def dashboard_exprs(brokers: bool = False) -> list[tuple[str, str]]:
             out += [(f"{path.stem}: {p['title']}", t["expr"]) for t in p["targets"]]
         out += [(f"{path.stem}: annotation {a['name']}", a["expr"])
                 for a in d.get("annotations", {}).get("list", [])]
-    return [(where, re.sub(r"\$(\w+)", lambda m: VARIABLES[m.group(1)], expr))
+    return [(where, re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], expr))
             for where, expr in out if brokers == ("kafka_server_" in expr)]
 
 

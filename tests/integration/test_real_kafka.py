@@ -47,7 +47,7 @@ CHILD = """
 import sys, time
 from isr.kafka.cluster import ClusterConfig, KafkaCluster
 c = KafkaCluster(ClusterConfig(dir=sys.argv[1], port_base=int(sys.argv[2]), detach=False))
-c.start()
+c.start(ready=False)  # interrupted while its nodes start, as a test run often is
 print(" ".join(str(c.pid(n)) for n in c.nodes), flush=True)
 time.sleep(600)
 """
@@ -55,7 +55,7 @@ time.sleep(600)
 
 def test_no_node_outlives_a_killed_test_run(kafka, tmp_path):
     """kill -9 of the process that started a cluster (an interrupted test
-    run) takes its nodes with it."""
+    run, here while its nodes start) takes its nodes with it."""
     base = kafka.conf.port_base + 20
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "c"), str(base)],
                              stdout=subprocess.PIPE, text=True,

@@ -45,19 +45,22 @@ def our_records(tmp_path: Path) -> list[OutputRecord]:
 
 def test_prometheus_has_the_brokers_counters_and_ours_under_the_dashboards_names(
         kafka, tmp_path):
-    from test_observability import dashboard_exprs
+    from test_observability import VARIABLES, dashboard_exprs
 
-    compared = [(where, expr) for where, expr in dashboard_exprs(brokers=True)]
-    ours = [(where, expr) for where, expr in dashboard_exprs()
+    # The dashboard's cluster chosen: the brokers' series must carry it (their
+    # scrape job's target label) as ours do (the taps' --cluster, "default").
+    variables = {**VARIABLES, "cluster": "default"}
+    compared = [(where, expr) for where, expr in dashboard_exprs(brokers=True, variables=variables)]
+    ours = [(where, expr) for where, expr in dashboard_exprs(variables=variables)
             if "monitor vs brokers" in where]
+    assert all('cluster=~"default"' in expr for _w, expr in compared), compared
     assert len(compared) == 5 and len(ours) == 5, (compared, ours)  # the two panels
     metrics = Metrics(MetricsSettings(address="127.0.0.1", port=kafka.conf.port_base + 36))
     assert metrics.serve()
     metrics.observe_records(our_records(tmp_path))
     targets = [f"127.0.0.1:{kafka.conf.metrics_port(b)}" for b in BROKER_IDS]
-    targets.append(f"127.0.0.1:{metrics.settings.port}")
-    with Prometheus(targets, str(ROOT / "conf/prometheus/rules.yml"),
-                    port=kafka.conf.port_base + 35) as prom:
+    with Prometheus([f"127.0.0.1:{metrics.settings.port}"], str(ROOT / "conf/prometheus/rules.yml"),
+                    port=kafka.conf.port_base + 35, brokers=targets, cluster="default") as prom:
         # rate() needs two scrapes of each target
         wait_until(lambda: all(prom.query(expr) for _w, expr in compared + ours), 60,
                    "every 'monitor vs brokers' query to have data")
@@ -66,7 +69,8 @@ def test_prometheus_has_the_brokers_counters_and_ours_under_the_dashboards_names
                      "underreplicatedpartitions", "underminisrpartitioncount",
                      "atminisrpartitioncount"):
             got = prom.query(f"kafka_server_replicamanager_{name}")
-            assert sorted(r["metric"]["instance"] for r in got) == sorted(targets[:3]), name
+            assert sorted(r["metric"]["instance"] for r in got) == sorted(targets), name
+            assert {r["metric"].get("cluster") for r in got} == {"default"}, name
         # ours: the pause run's leader-driven shrinks and expands (2 each)
         shrinks = prom.query('sum(isr_shrinks_total{cause="leader", policy="kafka"})')
         expands = prom.query('sum(isr_expands_total{cause="leader", policy="kafka"})')
