@@ -83,6 +83,12 @@ class LocalEngine:
         serve = [l.quiet_serve_ms() for l in self.listeners]
         self.quiet_serve_ms = min((b for b in serve if b is not None), default=None)
         self.session_driver = SessionDriver(self)
+        # The models whose state changed since the last take_dirty (the
+        # Spark job's state log, isr/stream/statelog.py), by id. A check that
+        # only moved `next_check` does not count: a model restored with an
+        # earlier next_check decides the same (the first check that can
+        # shrink is computed from its followers, which did not move).
+        self.dirty: dict[int, PartitionModel] = {}
 
     def listener(self, kind: type) -> Optional[Listener]:
         return next((l for l in self.listeners if isinstance(l, kind)), None)
@@ -189,6 +195,7 @@ class LocalEngine:
         sessions' fetches first, unless this is one of them)."""
         if catch_up and model.sessions:
             self.session_driver.catch_up(model)
+        self.dirty[id(model)] = model
         ts, scratch, out = event.ts, self._scratch, self.decisions
         # _advance(model, ts, False) inline: this runs for every event and policy.
         if ts > model.next_check:  # else no check instant lies before ts
@@ -213,9 +220,13 @@ class LocalEngine:
 
     def _advance_model(self, model: PartitionModel, until: int, inclusive: bool,
                        brokers: Brokers) -> None:
+        before = model.stall_check_at
         model.advance(until, inclusive, brokers, self._scratch)
-        if self._scratch:
+        if self._scratch:  # an ISR change
+            self.dirty[id(model)] = model
             self._dispatch(model)
+        elif model.stall_check_at != before:  # a suspected stall expired
+            self.dirty[id(model)] = model
         out = self.decisions
         for hook in self._on_advance:
             hook(model, until, inclusive, out)
@@ -258,6 +269,7 @@ class LocalEngine:
             self._advance(m, ts, False, brokers)
         if brokers.apply(event.broker, event.state, event.broker_epoch):
             for m in cluster_parts:
+                self.dirty[id(m)] = m
                 m.controller_removal(event.broker, event.state, event.broker_epoch, ts,
                                      brokers, self._scratch)
                 if self._scratch:
@@ -274,6 +286,11 @@ class LocalEngine:
         out = self.decisions
         for hook in self._on_time:
             hook(until, inclusive, out)
+
+    def take_dirty(self) -> list[PartitionModel]:
+        """The models changed since the last call (see `dirty`)."""
+        dirty, self.dirty = self.dirty, {}
+        return list(dirty.values())
 
     # ------------------------------------------------------------ views
     def catch_up_all(self) -> None:

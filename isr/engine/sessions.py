@@ -70,6 +70,14 @@ class SessionDriver:
         self.sessions = Sessions()
         self.exact_fetches = 0  # unlisted partitions' fetches applied (a statistic, not state)
         self.stall_bound_ms = stall_bound_ms(engine.rules[engine.policies[0]])
+        # Sessions changed since the last take_dirty (the Spark job's state
+        # log), by serial; a closed one is found missing from the live ones.
+        self.dirty: set[int] = set()
+
+    def take_dirty(self) -> list[Session]:
+        by_sid = self.sessions.by_sid
+        dirty, self.dirty = self.dirty, set()
+        return [by_sid[sid] for sid in sorted(dirty) if sid in by_sid]
 
     # ------------------------------------------------------------ one event
     def apply(self, ev) -> Optional[tuple[str, str]]:
@@ -82,10 +90,13 @@ class SessionDriver:
             S.anomalies[anomaly] += 1
         if replaced is not None:
             self.close(replaced)
+        if session is not None:
+            self.dirty.add(session.sid)
         if ev.session_epoch == FINAL_EPOCH:
             session = None  # sessionless: it fetches what it lists, nothing is kept
         elif session is None:
             session = S.open(ev.cluster, ev.leader, ev.replica, ev.session_id)
+            self.dirty.add(session.sid)
             session.epoch = next_epoch(ev.session_epoch)
         else:
             S.bind(session, ev.session_id)
@@ -102,11 +113,13 @@ class SessionDriver:
         if session is not None:
             session.add(entry)
             end = session.end
-            parts = self.engine.partitions
+            parts, dirty = self.engine.partitions, self.engine.dirty
             for p in ev.partitions:
                 key = (ev.cluster, p.topic, p.partition)
                 for models in parts.values():
-                    models[key].sessions[session.sid] = [session.replica, end]
+                    m = models[key]
+                    m.sessions[session.sid] = [session.replica, end]
+                    dirty[id(m)] = m
             if len(session.log) > 2 * len(session.cached) + 64:
                 self.catch_up_session(session)
                 session.truncate()
@@ -148,7 +161,9 @@ class SessionDriver:
             if m is not None and session.sid in m.sessions:
                 self.catch_up(m)
                 del m.sessions[session.sid]
+                self.engine.dirty[id(m)] = m
         del session.cached[tp]
+        self.dirty.add(session.sid)
 
     def close(self, session: Session) -> None:
         """A session ends (replaced by a new full one): every partition applies
@@ -158,8 +173,8 @@ class SessionDriver:
             key = (session.cluster, *tp)
             for models in self.engine.partitions.values():
                 m = models.get(key)
-                if m is not None:
-                    m.sessions.pop(session.sid, None)
+                if m is not None and m.sessions.pop(session.sid, None) is not None:
+                    self.engine.dirty[id(m)] = m
         self.sessions.close(session)
 
     def catch_up_session(self, session: Session) -> None:
@@ -232,6 +247,7 @@ class SessionDriver:
         held = session.cached.get((m.topic, m.partition))
         skipped_from = link[1]
         link[1] = pos + 1
+        engine.dirty[id(m)] = m
         if held is None:
             return
         self.exact_fetches += 1

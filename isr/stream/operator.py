@@ -35,6 +35,7 @@ from isr.engine.summary import model_stats
 from isr.errors import CheckpointError
 from isr.gc_tuning import fewer_gc_passes
 from isr.pipeline.listeners import standard_listeners
+from isr.stream import statelog
 from isr.stream.packing import END_OF_RUN, PACK_COLUMNS, hold_of, unpack
 from isr.stream.throttle import StateThrottle
 
@@ -64,11 +65,13 @@ class Bucket:
     """One state key: its engine, and its layout (bucket index, number of
     buckets) so that a checkpoint is never read with another one."""
 
-    __slots__ = ("engine", "touched", "layout")
+    __slots__ = ("engine", "touched", "layout", "arrived")
 
     def __init__(self, engine: LocalEngine, touched: StateThrottle,
                  layout: Optional[tuple[int, int]] = None) -> None:
         self.engine, self.touched, self.layout = engine, touched, layout
+        # The events queued in this batch, as the sequencer holds them (statelog.py).
+        self.arrived: list[tuple] = []
 
     @property
     def watermark(self) -> int:
@@ -102,11 +105,20 @@ class BucketProcessor:
         self.state_interval_ms = state_interval_ms
         self.partition_metrics = partition_metrics
 
-    def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None) -> Bucket:
-        """A bucket from its state (None: a new one). `layout` (index, buckets)
-        must be the one the state was saved with."""
+    def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None,
+                snapshot_blob: Optional[bytes] = None) -> Bucket:
+        """A bucket from its layout-1 state (None: a new one, or the one of
+        `snapshot_blob`, an engine snapshot without its queue). `layout`
+        (index, buckets) must be the one the state was saved with."""
         touched = StateThrottle(self.state_interval_ms)
         listeners = standard_listeners(self.monitor) + [touched]
+        if blob is None and snapshot_blob is not None:
+            try:
+                engine = snapshot.restore(self.monitor, snapshot_blob, listeners=listeners,
+                                          external_watermark=True)
+            except snapshot.StateVersionError as exc:
+                raise version_error(exc) from None
+            return Bucket(engine, touched, layout)
         if blob is None:
             engine = LocalEngine(self.monitor, listeners=listeners, external_watermark=True)
             return Bucket(engine, touched, layout)
@@ -149,6 +161,7 @@ class BucketProcessor:
         sources, offsets, reasons = cols["source"], cols["offset"], cols["reason"]
         ts_of = cols["ts"]
         submit = engine.submit_raw
+        arrived = bucket.arrived = []
         for i, value in enumerate(cols["value"]):
             end = cols["end_ts"][i]
             if end is not None:
@@ -166,6 +179,8 @@ class BucketProcessor:
             outcome = submit(ts_of[i], value, cols["seq"][i], origin)
             if outcome.status == LATE:
                 dead.append(DeadLetter.of(*origin, outcome.reason, LATE))
+            else:
+                arrived.append((ts_of[i], cols["seq"][i], value, origin))
         engine.on_reject = lambda origin, reason: dead.append(
             DeadLetter.of(*origin, reason, "model"))
         try:
@@ -208,9 +223,12 @@ class BucketProcessor:
 
 
 def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
-                        state_interval_ms: int = 0, partition_metrics: bool = False):
+                        state_interval_ms: int = 0, partition_metrics: bool = False,
+                        identity: str = ""):
     """The function for applyInPandasWithState, grouped by bucket label
-    (the other arguments: BucketProcessor's)."""
+    (the other arguments: BucketProcessor's). `identity`: the query's
+    (its checkpoint), so that the workers' engine cache (statelog.py) keeps
+    two queries' buckets apart."""
     settings_json = json.dumps([monitor.model_dump_json(), state_interval_ms, partition_metrics])
     index_of = {label: i for i, label in enumerate(labels)}
 
@@ -221,7 +239,8 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
         if bucket is None:
             raise layout_error(f"key {key[0]}", len(labels))
         with fewer_gc_passes():
-            rows = _call(_processor(settings_json), (bucket, len(labels)), pdfs, state)
+            rows = _call(_processor(settings_json), (bucket, len(labels)), pdfs, state,
+                         (identity, settings_json))
         if rows:
             yield pd.DataFrame(rows, columns=list(OutputRecord._fields))
 
@@ -229,9 +248,12 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
 
 
 def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
-          state) -> list[OutputRecord]:
-    """Restore the bucket (index, buckets), apply the batch's rows, save it."""
-    bucket = processor.restore(state.get[0] if state.exists else None, layout)
+          state, query: tuple = ()) -> list[OutputRecord]:
+    """Restore the bucket (index, buckets), apply the batch's rows, save it
+    (state layout 2, statelog.py; `query` keys the worker's engine cache)."""
+    key = (*query, *layout)
+    stored = statelog.load(processor, state.get[0] if state.exists else None, layout, key)
+    bucket = stored.bucket
     # All chunks of the batch at once: one partition_state per changed
     # partition per batch, not per chunk.
     packs: list[bytes] = []
@@ -240,7 +262,8 @@ def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
         packs.extend(pdf["pack"].tolist())
         summaries.extend(pdf["summary"].tolist())
     rows = processor.process(layout[0], bucket, unpack(packs), hold_of(summaries))
-    state.update((processor.save(bucket),))
+    state.update((statelog.save(stored, bucket.arrived, key),))
+    bucket.arrived = []
     return rows
 
 
