@@ -60,6 +60,16 @@ _COUNTER = count(1)
 _CACHE: "OrderedDict[tuple, Stored]" = OrderedDict()
 CACHE_ENTRIES = int(os.environ.get("ISR_STATE_CACHE_ENTRIES", "2"))
 STATS = {"hits": 0, "misses": 0, "snapshots": 0, "deltas": 0}
+# For measuring the hit rate in a running job: each load appends
+# "<pid> <bucket> hit|miss" to this file (bench/bench_stream.py sets it).
+_LOG = os.environ.get("ISR_STATE_CACHE_LOG")
+
+
+def _count(kind: str, layout) -> None:
+    STATS[kind] += 1
+    if _LOG:
+        with open(_LOG, "a") as f:
+            f.write(f"{os.getpid()} {layout[0]} {kind[:-1] if kind == 'hits' else 'miss'}\n")
 
 
 def _compress(data: bytes) -> bytes:
@@ -116,7 +126,7 @@ def load(processor, blob: Optional[bytes], layout: tuple[int, int], key: tuple) 
     one it last saved, else rebuilt from the row."""
     cached = _CACHE.pop(key, None)
     if blob is None:
-        STATS["misses"] += 1
+        _count("misses", layout)
         return Stored(processor.restore(None, layout))
     if not blob.startswith(_HEAD):
         if blob.startswith(MAGIC):
@@ -127,7 +137,7 @@ def load(processor, blob: Optional[bytes], layout: tuple[int, int], key: tuple) 
             raise
         except Exception:  # noqa: BLE001 - neither layout: never a pickle traceback
             raise refuse(blob) from None
-        STATS["misses"] += 1
+        _count("misses", layout)
         queued = snapshot.queued_raw(bucket.engine)
         chunks = [[max(e[0] for e in queued), _compress(pickle.dumps(queued, protocol=5))]] \
             if queued else []
@@ -138,9 +148,9 @@ def load(processor, blob: Optional[bytes], layout: tuple[int, int], key: tuple) 
         raise layout_error(header["layout"][0], layout[1])
     version = tuple(header["version"])
     if cached is not None and cached.version == version:
-        STATS["hits"] += 1
+        _count("hits", layout)
         return cached
-    STATS["misses"] += 1
+    _count("misses", layout)
     return _rebuild(processor, blob, header, at, layout, version)
 
 
