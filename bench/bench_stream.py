@@ -96,7 +96,8 @@ def bench_stateful(args) -> None:
         with open(cache_log) as f:
             loads = [line.split() for line in f]
         hits = sum(1 for x in loads if x[2] == "hit")
-        print(f"engine cache: {hits} hits of {len(loads)} bucket calls "
+        caught = sum(1 for x in loads if x[2] == "catch-up")
+        print(f"engine cache: {hits} hits, {caught} catch-ups of {len(loads)} bucket calls "
               f"({len({x[0] for x in loads})} Python workers)")
     state_bytes = _state_bytes(os.path.join(work, "ck"))
     if state_bytes:

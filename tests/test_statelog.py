@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import OrderedDict
 
 import orjson
 import pytest
@@ -30,6 +31,7 @@ from isr.stream.packing import Packer
 MONITOR = MonitorSettings(allowed_lateness_ms=1000, policy=["kafka", "kip16"],
                           replica_lag_time_max_ms=10000, propagation="zk")
 LAYOUT = (0, 1)
+TOKEN = statelog._TOKEN
 
 
 class State:
@@ -98,13 +100,21 @@ def _hold(values, first):
 
 def layout2_run(batches, cache: str, seed: int = 0, key: str = "q") -> list:
     """cache: "keep" (the worker ran every batch), "drop" (never the same
-    worker), "random", or "retry" (every batch runs twice: the first attempt
-    saves, is lost, and the second starts from the row before)."""
+    worker), "random", "swap" (two workers in turn: each catches its engine
+    of the batch before last up with the delta written since), or "retry"
+    (every batch runs twice: the first attempt saves, is lost, and the second
+    starts from the row before)."""
     rng = random.Random(seed)
     p = BucketProcessor(MONITOR)
     state, out, first = State(), [], 0
+    # Deltas even when every model changed, a snapshot every 5 batches: both paths.
+    shares = statelog.DIRTY_SHARE, statelog.LOG_SHARE, statelog.COMPACT_AFTER
+    statelog.DIRTY_SHARE, statelog.LOG_SHARE, statelog.COMPACT_AFTER = 2, 1e9, 5
     statelog._CACHE.clear()
-    for values in batches:
+    workers = [({}, "worker-a"), ({}, "worker-b")]  # "swap": two workers in turn
+    for i, values in enumerate(batches):
+        if cache == "swap":
+            statelog._CACHE, statelog._TOKEN = workers[i % 2]
         if cache == "drop" or (cache == "random" and rng.random() < 0.5):
             statelog._CACHE.clear()
         if cache == "retry":
@@ -113,7 +123,9 @@ def layout2_run(batches, cache: str, seed: int = 0, key: str = "q") -> list:
             state.row = before  # the attempt failed after its save: its row is lost
         out.append(_call(p, LAYOUT, iter(rows(values, first)), state, (key,)))
         first += len(values)
-    statelog._CACHE.clear()
+    statelog._CACHE = OrderedDict()
+    statelog._TOKEN = TOKEN
+    statelog.DIRTY_SHARE, statelog.LOG_SHARE, statelog.COMPACT_AFTER = shares
     return out
 
 
@@ -148,18 +160,23 @@ def dump(out) -> list:
     return [sorted(tuple(r) for r in batch) for batch in out]
 
 
-@pytest.mark.parametrize("cache", ["keep", "drop", "random", "retry"])
+@pytest.mark.parametrize("cache", ["keep", "drop", "random", "retry", "swap"])
 def test_every_batch_outputs_what_the_layout_1_round_trip_does(cache):
     events = workload()
     batches = batches_of(events, list(range(0, len(events), 97)))
     expected = dump(layout1_run(batches))
     assert sum(1 for b in expected for r in b if r[0] == "isr_change") >= 2
+    before = dict(statelog.STATS)
     assert dump(layout2_run(batches, cache, seed=3)) == expected
+    if cache in ("keep", "swap"):  # the engine reused, or caught up with the deltas since
+        kind = "hits" if cache == "keep" else "catch-ups"
+        assert statelog.STATS[kind] - before[kind] >= len(batches) - 4
+        assert statelog.STATS["deltas"] > before["deltas"]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event_streams(max_events=60, jitter_ms=300), st.lists(st.integers(0, 60), max_size=5),
-       st.sampled_from(["keep", "drop", "random", "retry"]), st.integers(0, 9))
+       st.sampled_from(["keep", "drop", "random", "retry", "swap"]), st.integers(0, 9))
 def test_any_stream_any_batches_any_cache_outputs_as_layout_1(events, cuts, cache, seed):
     batches = batches_of(events, cuts)
     assert dump(layout2_run(batches, cache, seed)) == dump(layout1_run(batches))

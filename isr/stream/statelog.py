@@ -59,9 +59,9 @@ _COUNTER = count(1)
 # key -> Stored; at most CACHE_ENTRIES engines per worker, least recently used out.
 _CACHE: "OrderedDict[tuple, Stored]" = OrderedDict()
 CACHE_ENTRIES = int(os.environ.get("ISR_STATE_CACHE_ENTRIES", "2"))
-STATS = {"hits": 0, "misses": 0, "snapshots": 0, "deltas": 0}
+STATS = {"hits": 0, "catch-ups": 0, "misses": 0, "snapshots": 0, "deltas": 0}
 # For measuring the hit rate in a running job: each load appends
-# "<pid> <bucket> hit|miss" to this file (bench/bench_stream.py sets it).
+# "<pid> <bucket> hit|catch-up|miss" to this file (bench/bench_stream.py sets it).
 _LOG = os.environ.get("ISR_STATE_CACHE_LOG")
 
 
@@ -69,7 +69,7 @@ def _count(kind: str, layout) -> None:
     STATS[kind] += 1
     if _LOG:
         with open(_LOG, "a") as f:
-            f.write(f"{os.getpid()} {layout[0]} {kind[:-1] if kind == 'hits' else 'miss'}\n")
+            f.write(f"{os.getpid()} {layout[0]} {kind[:-1] if kind != 'misses' else 'miss'}\n")
 
 
 def _compress(data: bytes) -> bytes:
@@ -85,13 +85,15 @@ def _decompress(blob) -> bytes:
 class Stored:
     """A bucket as its row holds it: the engine and the row's segments."""
 
-    __slots__ = ("bucket", "version", "snapshot", "log", "log_bytes", "chunks")
+    __slots__ = ("bucket", "version", "versions", "snapshot", "log", "log_bytes", "chunks")
 
     def __init__(self, bucket, snapshot_bytes: Optional[bytes] = None,
                  log: Optional[list] = None, chunks: Optional[list] = None,
-                 version=None) -> None:
+                 version=None, versions: Optional[list] = None) -> None:
         self.bucket = bucket
         self.version = version
+        # The version the row had after its snapshot, then after each delta.
+        self.versions: list = versions or []
         self.snapshot = snapshot_bytes  # None: none yet (the next save writes one)
         self.log: list[bytes] = log or []
         self.log_bytes = sum(len(b) for b in self.log)
@@ -150,11 +152,17 @@ def load(processor, blob: Optional[bytes], layout: tuple[int, int], key: tuple) 
     if cached is not None and cached.version == version:
         _count("hits", layout)
         return cached
+    versions = [tuple(v) for v in header.get("versions", [])]
+    if cached is not None and cached.version in versions:
+        # This worker's engine is the row as it was a few batches ago (another
+        # worker ran the batches since): the deltas written since catch it up.
+        _count("catch-ups", layout)
+        return _catch_up(cached, blob, header, at, versions.index(cached.version), version)
     _count("misses", layout)
     return _rebuild(processor, blob, header, at, layout, version)
 
 
-def _rebuild(processor, blob: bytes, header: dict, at: int, layout, version) -> Stored:
+def _segments(blob: bytes, header: dict, at: int) -> tuple[bytes, list, list]:
     view = memoryview(blob)
     segments = []
     for size in [header["snapshot"], *header["log"], *(c[1] for c in header["queue"])]:
@@ -162,6 +170,31 @@ def _rebuild(processor, blob: bytes, header: dict, at: int, layout, version) -> 
         at += size
     snap, log = segments[0], segments[1:1 + len(header["log"])]
     chunks = [[c[0], b] for c, b in zip(header["queue"], segments[1 + len(log):])]
+    return snap, log, chunks
+
+
+def _requeue(engine, chunks: list) -> None:
+    """The queue from the row's chunks: the events at or after the watermark."""
+    watermark = engine.sequencer.external_watermark
+    queued = engine.sequencer.queued = []
+    for _max_ts, chunk in chunks:
+        queued.extend(e for e in pickle.loads(_decompress(chunk)) if e[0] >= watermark)
+
+
+def _catch_up(cached: Stored, blob: bytes, header: dict, at: int, position: int,
+              version) -> Stored:
+    snap, log, chunks = _segments(blob, header, at)
+    engine = cached.bucket.engine
+    for entry in log[position:]:
+        snapshot.apply_delta(engine, _decompress(entry))
+    _requeue(engine, chunks)
+    snapshot.clear_changes(engine)
+    return Stored(cached.bucket, snap, log, chunks, version,
+                  [tuple(v) for v in header["versions"]])
+
+
+def _rebuild(processor, blob: bytes, header: dict, at: int, layout, version) -> Stored:
+    snap, log, chunks = _segments(blob, header, at)
     bucket = processor.restore(None, layout, snapshot_blob=_decompress(snap))
     engine = bucket.engine
     try:
@@ -170,12 +203,10 @@ def _rebuild(processor, blob: bytes, header: dict, at: int, layout, version) -> 
     except snapshot.StateVersionError as exc:
         from isr.stream.operator import version_error
         raise version_error(exc) from None
-    watermark = engine.sequencer.external_watermark
-    queued = engine.sequencer.queued
-    for _max_ts, chunk in chunks:
-        queued.extend(e for e in pickle.loads(_decompress(chunk)) if e[0] >= watermark)
+    _requeue(engine, chunks)
     snapshot.clear_changes(engine)
-    return Stored(bucket, snap, log, chunks, version)
+    return Stored(bucket, snap, log, chunks, version,
+                  [tuple(v) for v in header.get("versions", [])])
 
 
 def save(stored: Stored, arrived: list, key: tuple) -> bytes:
@@ -197,6 +228,7 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
         snapshot.clear_changes(engine)
         stored.snapshot = _compress(snapshot.snapshot(engine, with_queue=False))
         stored.log, stored.log_bytes = [], 0
+        stored.versions = []
         STATS["snapshots"] += 1
     else:
         entry = _compress(snapshot.delta(engine))
@@ -204,8 +236,10 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
         stored.log_bytes += len(entry)
         STATS["deltas"] += 1
     stored.version = (_TOKEN, next(_COUNTER))
+    stored.versions.append(stored.version)
     header = orjson.dumps({
         "layout": list(stored.bucket.layout), "version": list(stored.version),
+        "versions": [list(v) for v in stored.versions],
         "snapshot": len(stored.snapshot), "log": [len(b) for b in stored.log],
         "queue": [[c[0], len(c[1])] for c in stored.chunks]})
     row = b"".join([_HEAD, len(header).to_bytes(4, "little"), header, stored.snapshot,
