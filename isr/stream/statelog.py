@@ -23,8 +23,11 @@ snapshot, or when most models changed, it writes a new snapshot instead.
 
 The worker keeps each bucket's engine with the version it last saved
 (`_CACHE`). When a row arrives with that version (the same worker ran the
-bucket's last batch and saved it) nothing is decoded. Otherwise (another
-worker, a retried task, a restart) the engine is rebuilt from the row. The
+bucket's last batch and saved it) nothing is decoded. When the worker's
+engine is an earlier version of the same log (the header lists the version
+after the snapshot and after each delta), the deltas since catch it up.
+Otherwise (another worker, a retried task, a restart) the engine is rebuilt
+from the row. The
 entry leaves the cache while a batch runs, so a task that fails half-way
 leaves none behind.
 
