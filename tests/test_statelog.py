@@ -6,7 +6,6 @@ batches, the outputs are those of the layout-1 round trip every batch."""
 
 from __future__ import annotations
 
-import json
 import random
 from collections import OrderedDict
 
@@ -307,4 +306,3 @@ def test_the_queue_is_saved_in_chunks_written_once_and_dropped_once_applied():
         assert all(max_ts >= wm for max_ts, _c in stored.chunks)
         assert 1 <= len(stored.chunks) <= 3  # 1 s of lateness: a few batches' worth
     statelog._CACHE.clear()
-    json.dumps(0)
