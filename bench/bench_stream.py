@@ -54,6 +54,8 @@ def bench_stateful(args) -> None:
 
     work = tempfile.mkdtemp(prefix="isr-bench-")
     path = os.path.join(work, "events.jsonl")
+    # The workers' engine cache (isr/stream/statelog.py) logs each bucket's hit or miss.
+    cache_log = os.environ["ISR_STATE_CACHE_LOG"] = os.path.join(work, "cache.log")
     with open(path, "wb") as f:
         for ev in stream(args.partitions, args.events, round_ms=args.round_ms):
             f.write(orjson.dumps(ev) + b"\n")
@@ -90,6 +92,13 @@ def bench_stateful(args) -> None:
           f"buckets, {batches} batches of <= {args.batch}: {rate:,.0f} events/s in warm "
           f"batches; {args.events / wall:,.0f} events/s over {wall:.1f} s incl. start-up; "
           f"{counts['rows']} output rows")
+    if os.path.exists(cache_log):
+        with open(cache_log) as f:
+            loads = [line.split() for line in f]
+        hits = sum(1 for x in loads if x[2] == "hit")
+        caught = sum(1 for x in loads if x[2] == "catch-up")
+        print(f"engine cache: {hits} hits, {caught} catch-ups of {len(loads)} bucket calls "
+              f"({len({x[0] for x in loads})} Python workers)")
     state_bytes = _state_bytes(os.path.join(work, "ck"))
     if state_bytes:
         print(f"state store on disk after the run: {state_bytes / args.partitions:,.0f} bytes "

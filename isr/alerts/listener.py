@@ -17,6 +17,7 @@ class AlertListener(Listener):
     def __init__(self, cfg: AlertSettings, replica_lag_time_max_ms: int) -> None:
         self.evaluator = AlertEvaluator(cfg, replica_lag_time_max_ms)
         self.watches: dict[tuple, Watch] = {}  # (policy, cluster, topic, partition) -> Watch
+        self.dirty: dict[int, Watch] = {}  # changed since the last state_delta, by id
 
     def _watch(self, model) -> Watch:
         """The model's watch, created or found by key (after a restore) and
@@ -27,6 +28,7 @@ class AlertListener(Listener):
             w = self.watches[key] = Watch(model.cluster, model.topic, model.partition,
                                           model.rules.policy)
         model.watch = w
+        self.dirty[id(w)] = w
         return w
 
     # These hooks run for every event and policy: most return at once.
@@ -35,13 +37,17 @@ class AlertListener(Listener):
         due = self.evaluator.due_by(w, until)
         if due is None or due > until or (due == until and not inclusive):
             return  # the common case
+        self.dirty[id(w)] = w
         self.evaluator.advance(w, model, until, inclusive, out)
 
     def on_change(self, model, change, out: list) -> None:
-        self.evaluator.on_change(model.watch or self._watch(model), model, change, out)
+        w = model.watch or self._watch(model)
+        self.dirty[id(w)] = w
+        self.evaluator.on_change(w, model, change, out)
 
     def on_event(self, model, event, outcome, out: list) -> None:
         w = model.watch or self._watch(model)
+        self.dirty[id(w)] = w
         if outcome is None:
             self.evaluator.after_event(w, model, event, out)
         else:  # ignored or rejected
@@ -50,7 +56,9 @@ class AlertListener(Listener):
     def on_broker(self, model, event, out: list) -> None:
         # A broker leaving can leave the partition leaderless with no ISR
         # change (the model's controller_removal).
-        self.evaluator.after_broker(model.watch or self._watch(model), model, event.ts, out)
+        w = model.watch or self._watch(model)
+        self.dirty[id(w)] = w
+        self.evaluator.after_broker(w, model, event.ts, out)
 
     # Fetch sessions: a partition with an alert pending or firing hears every
     # fetch; otherwise the fetches that only move a follower's times are
@@ -74,6 +82,12 @@ class AlertListener(Listener):
         return [w.to_list() for _key, w in sorted(self.watches.items())]
 
     def from_state(self, state: list) -> None:
+        """Adds or replaces the watches of `state` (a whole state or a delta)."""
         for row in state:
             w = Watch.from_list(row)
             self.watches[(w.policy, w.cluster, w.topic, w.partition)] = w
+
+    def state_delta(self) -> list:
+        """The watches changed since the last call; from_state applies them."""
+        dirty, self.dirty = self.dirty, {}
+        return [w.to_list() for w in dirty.values()]

@@ -64,6 +64,16 @@ class Listener:
     def from_state(self, state: Any) -> None:
         pass
 
+    # The Spark job's state log (isr/stream/statelog.py) saves, each batch,
+    # what changed since the last save. A listener whose state grows with the
+    # partitions says what changed; by default its whole state is the change.
+    def state_delta(self) -> Any:
+        """What changed since the last call (applied in order by apply_state_delta)."""
+        return self.to_state()
+
+    def apply_state_delta(self, delta: Any) -> None:
+        self.from_state(delta)
+
 
 def hooks(listeners: list[Listener], name: str) -> list:
     """The bound methods of the listeners that override `name` (the engine

@@ -100,6 +100,12 @@ class LocalEngine:
         self.reached = -1
         self.floor = {p: -1 for p in self.policies}
         self._existed = 0  # models created before `reached`
+        # The models whose state changed since the last take_dirty (the
+        # Spark job's state log, isr/stream/statelog.py), by id. A check that
+        # only moved `next_check` does not count: a model restored with an
+        # earlier next_check decides the same (the first check that can
+        # shrink is computed from its followers, which did not move).
+        self.dirty: dict[int, PartitionModel] = {}
 
     def listener(self, kind: type) -> Optional[Listener]:
         return next((l for l in self.listeners if isinstance(l, kind)), None)
@@ -213,6 +219,7 @@ class LocalEngine:
             self.deadlines.dirty.append(model)
         if catch_up and model.sessions:
             self.session_driver.catch_up(model)
+        self.dirty[id(model)] = model
         # _advance(model, ts, False) inline: this runs for every event and policy.
         if ts > model.next_check:  # else no check instant lies before ts
             model.advance(ts, False, brokers, scratch)
@@ -237,9 +244,13 @@ class LocalEngine:
     def _advance_model(self, model: PartitionModel, until: int, inclusive: bool,
                        brokers: Brokers) -> None:
         self.deadlines.touch(model)
+        before = model.stall_check_at
         model.advance(until, inclusive, brokers, self._scratch)
-        if self._scratch:
+        if self._scratch:  # an ISR change
+            self.dirty[id(model)] = model
             self._dispatch(model)
+        elif model.stall_check_at != before:  # a suspected stall expired
+            self.dirty[id(model)] = model
         out = self.decisions
         for hook in self._on_advance:
             hook(model, until, inclusive, out)
@@ -283,6 +294,7 @@ class LocalEngine:
         if brokers.apply(event.broker, event.state, event.broker_epoch):
             for m in cluster_parts:
                 self.deadlines.touch(m)
+                self.dirty[id(m)] = m
                 m.controller_removal(event.broker, event.state, event.broker_epoch, ts,
                                      brokers, self._scratch)
                 if self._scratch:
@@ -306,6 +318,11 @@ class LocalEngine:
         out = self.decisions
         for hook in self._on_time:
             hook(until, inclusive, out)
+
+    def take_dirty(self) -> list[PartitionModel]:
+        """The models changed since the last call (see `dirty`)."""
+        dirty, self.dirty = self.dirty, {}
+        return list(dirty.values())
 
     # ------------------------------------------------------------ deadline index
     def _register(self, model: PartitionModel) -> None:

@@ -78,6 +78,14 @@ class SessionDriver:
         # Per session serial, its last fetch, also once its log is truncated
         # (for the deadline index; not state: unknown after a restore).
         self.last: dict[int, tuple] = {}
+        # Sessions changed since the last take_dirty (the Spark job's state
+        # log), by serial; a closed one is found missing from the live ones.
+        self.dirty: set[int] = set()
+
+    def take_dirty(self) -> list[Session]:
+        by_sid = self.sessions.by_sid
+        dirty, self.dirty = self.dirty, set()
+        return [by_sid[sid] for sid in sorted(dirty) if sid in by_sid]
 
     # ------------------------------------------------------------ one event
     def apply(self, ev) -> Optional[tuple[str, str]]:
@@ -90,10 +98,13 @@ class SessionDriver:
             S.anomalies[anomaly] += 1
         if replaced is not None:
             self.close(replaced)
+        if session is not None:
+            self.dirty.add(session.sid)
         if ev.session_epoch == FINAL_EPOCH:
             session = None  # sessionless: it fetches what it lists, nothing is kept
         elif session is None:
             session = S.open(ev.cluster, ev.leader, ev.replica, ev.session_id)
+            self.dirty.add(session.sid)
             session.epoch = next_epoch(ev.session_epoch)
         else:
             S.bind(session, ev.session_id)
@@ -115,7 +126,7 @@ class SessionDriver:
             session.add(entry)
             end = session.end
             self.last[session.sid] = entry
-            parts = self.engine.partitions
+            parts, dirty = self.engine.partitions, self.engine.dirty
             touch = self.engine.deadlines.touch
             for p in ev.partitions:
                 key = (ev.cluster, p.topic, p.partition)
@@ -123,6 +134,7 @@ class SessionDriver:
                     m = models[key]
                     m.sessions[session.sid] = [session.replica, end]
                     touch(m)  # a new link: its pending fetches may differ
+                    dirty[id(m)] = m
             if len(session.log) > 2 * len(session.cached) + 64:
                 self.catch_up_session(session)
                 session.truncate()
@@ -165,7 +177,9 @@ class SessionDriver:
                 self.catch_up(m)
                 del m.sessions[session.sid]
                 self.engine.deadlines.touch(m)
+                self.engine.dirty[id(m)] = m
         del session.cached[tp]
+        self.dirty.add(session.sid)
 
     def close(self, session: Session) -> None:
         """A session ends (replaced by a new full one): every partition applies
@@ -175,9 +189,9 @@ class SessionDriver:
             key = (session.cluster, *tp)
             for models in self.engine.partitions.values():
                 m = models.get(key)
-                if m is not None:
-                    m.sessions.pop(session.sid, None)
+                if m is not None and m.sessions.pop(session.sid, None) is not None:
                     self.engine.deadlines.touch(m)
+                    self.engine.dirty[id(m)] = m
         self.sessions.close(session)
         self.last.pop(session.sid, None)
 
@@ -309,6 +323,7 @@ class SessionDriver:
         held = session.cached.get((m.topic, m.partition))
         skipped_from = link[1]
         link[1] = pos + 1
+        engine.dirty[id(m)] = m
         if held is None:
             return
         self.exact_fetches += 1

@@ -110,3 +110,86 @@ def restore(monitor: MonitorSettings, blob: bytes,
         if listener.name in states:
             listener.from_state(states[listener.name])
     return engine
+
+
+# ------------------------------------------------------------ deltas
+# What changed since the last delta (or since the engine was restored, or
+# taken whole): the models, sessions and listener state that moved, and the
+# engine's small global state. The Spark job logs one per micro-batch after
+# its bucket's snapshot (isr/stream/statelog.py). Models and watches are
+# never removed, so a delta only adds or replaces them; sessions can close,
+# so a delta lists the live ones.
+
+def delta(engine: LocalEngine) -> bytes:
+    """The changes since the last call, as JSON (the queue is not in it)."""
+    seq = engine.sequencer
+    sessions = engine.session_driver
+    models: dict[str, list] = {}
+    for m in engine.take_dirty():
+        models.setdefault(m.rules.policy, []).append(m.to_list())
+    s = sessions.sessions
+    return orjson.dumps({
+        "v": VERSION,
+        "partitions": models,
+        "brokers": {c: b.to_list() for c, b in engine.brokers.items()},
+        "sequencer": [seq.max_ts, seq.external_watermark],
+        "max_ts": engine.max_ts,
+        "ignored": dict(engine.ignored),
+        "listeners": {l.name: l.state_delta() for l in engine.listeners if l.name},
+        "sessions": [[x.to_list() for x in sessions.take_dirty()], sorted(s.by_sid),
+                     [[c, l, r, sid] for (c, l, r), sid in s.unbound.items()],
+                     s.next_sid, dict(s.anomalies), s.order],
+    })
+
+
+def clear_changes(engine: LocalEngine) -> None:
+    """Forget what changed so far: the next delta starts from here."""
+    engine.take_dirty()
+    engine.session_driver.take_dirty()
+    for listener in engine.listeners:
+        if listener.name:
+            listener.state_delta()
+
+
+def apply_delta(engine: LocalEngine, blob: bytes) -> None:
+    """Apply one `delta` to an engine restored from the snapshot before it."""
+    from isr.model.session import Session
+
+    data = orjson.loads(blob)
+    if data.get("v") != VERSION:
+        raise StateVersionError(f"engine state version {data.get('v')} is not {VERSION}")
+    for policy, rows in data["partitions"].items():
+        rules, parts = engine.rules[policy], engine.partitions[policy]
+        for row in rows:
+            m = PartitionModel.from_list(rules, row)
+            parts[m.key] = m
+    engine.brokers = {c: Brokers.from_list(rows) for c, rows in data["brokers"].items()}
+    seq = engine.sequencer
+    seq.max_ts, seq.external_watermark = data["sequencer"]
+    engine.max_ts = data["max_ts"]
+    engine.ignored = Counter(data["ignored"])
+    changed, live, unbound, next_sid, anomalies, order = data["sessions"]
+    S = engine.session_driver.sessions
+    for row in changed:
+        new = Session.from_list(row)
+        old = S.by_sid.get(new.sid)
+        if old is not None:
+            _unindex(S, old)
+        S.by_sid[new.sid] = new
+        S.by_id[(new.cluster, new.leader, new.replica, new.session_id)] = new
+    alive = set(live)
+    for sid in [sid for sid in S.by_sid if sid not in alive]:
+        _unindex(S, S.by_sid.pop(sid))
+    S.unbound = {(c, l, r): sid for c, l, r, sid in unbound}
+    S.next_sid, S.anomalies, S.order = next_sid, Counter(anomalies), order
+    states = data["listeners"]
+    for listener in engine.listeners:
+        if listener.name in states:
+            listener.apply_state_delta(states[listener.name])
+
+
+def _unindex(S, session) -> None:
+    """Drop `session` from S.by_id unless another session holds its key now."""
+    key = (session.cluster, session.leader, session.replica, session.session_id)
+    if S.by_id.get(key) is session:
+        del S.by_id[key]

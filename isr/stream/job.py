@@ -175,15 +175,18 @@ def packed(df, settings: Settings, live: bool):
                          PACKED_SCHEMA)
 
 
-def decisions_stream(packed_df, settings: Settings, partition_metrics: bool = False):
+def decisions_stream(packed_df, settings: Settings, partition_metrics: bool = False,
+                     checkpoint: str = ""):
     """The buckets over packed rows (PACKED_SCHEMA). `partition_metrics`: they
     also report every touched partition for the metrics
-    (records.PARTITION_METRICS)."""
+    (records.PARTITION_METRICS). `checkpoint`: the query's, which keys the
+    workers' engine cache (statelog.py)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     return packed_df.groupBy("bucket").applyInPandasWithState(
         make_state_function(settings.monitor, bucket_labels(settings.stream.state_buckets),
-                            settings.output.state_interval_ms, partition_metrics),
+                            settings.output.state_interval_ms, partition_metrics,
+                            identity=checkpoint),
         SPARK_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
 
 
@@ -209,7 +212,7 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
     else:
         packed_df = packed(read_source(spark, settings) if source_df is None else source_df,
                            settings, live)
-    out = decisions_stream(packed_df, settings, partition_metrics)
+    out = decisions_stream(packed_df, settings, partition_metrics, checkpoint)
 
     def each_batch(df, batch_id: int) -> None:
         write_batch(batch_id, [OutputRecord(*r) for r in df.collect()])

@@ -35,6 +35,7 @@ from isr.engine.summary import model_stats
 from isr.errors import CheckpointError
 from isr.gc_tuning import fewer_gc_passes
 from isr.pipeline.listeners import standard_listeners
+from isr.stream import statelog
 from isr.stream.packing import END_OF_RUN, PACK_COLUMNS, hold_of, session_home, unpack
 from isr.stream.throttle import StateThrottle
 
@@ -64,11 +65,13 @@ class Bucket:
     """One state key: its engine, and its layout (bucket index, number of
     buckets) so that a checkpoint is never read with another one."""
 
-    __slots__ = ("engine", "touched", "layout")
+    __slots__ = ("engine", "touched", "layout", "arrived")
 
     def __init__(self, engine: LocalEngine, touched: StateThrottle,
                  layout: Optional[tuple[int, int]] = None) -> None:
         self.engine, self.touched, self.layout = engine, touched, layout
+        # The events queued in this batch, as the sequencer holds them (statelog.py).
+        self.arrived: list[tuple] = []
 
     @property
     def watermark(self) -> int:
@@ -102,14 +105,23 @@ class BucketProcessor:
         self.state_interval_ms = state_interval_ms
         self.partition_metrics = partition_metrics
 
-    def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None) -> Bucket:
-        """A bucket from its state (None: a new one). `layout` (index, buckets)
-        must be the one the state was saved with."""
+    def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None,
+                snapshot_blob: Optional[bytes] = None) -> Bucket:
+        """A bucket from its layout-1 state (None: a new one, or the one of
+        `snapshot_blob`, an engine snapshot without its queue). `layout`
+        (index, buckets) must be the one the state was saved with."""
         touched = StateThrottle(self.state_interval_ms)
         listeners = standard_listeners(self.monitor) + [touched]
+        if blob is None and snapshot_blob is not None:
+            try:
+                engine = snapshot.restore(self.monitor, snapshot_blob, listeners=listeners,
+                                          external_watermark=True)
+            except snapshot.StateVersionError as exc:
+                raise version_error(exc) from None
+            return self._bucket(engine, touched, layout)
         if blob is None:
             engine = LocalEngine(self.monitor, listeners=listeners, external_watermark=True)
-            return Bucket(engine, touched, layout)
+            return self._bucket(engine, touched, layout)
         state = pickle.loads(decompress_state(blob))
         # (layout, snapshot, queue); before the queue was kept apart: (layout, snapshot)
         if len(state) not in (2, 3) or state[0] != layout:
@@ -121,6 +133,18 @@ class BucketProcessor:
                                       queued=state[2] if len(state) == 3 else None)
         except snapshot.StateVersionError as exc:
             raise version_error(exc) from None
+        return self._bucket(engine, touched, layout)
+
+    @staticmethod
+    def _bucket(engine: LocalEngine, touched: StateThrottle,
+                layout: Optional[tuple[int, int]]) -> Bucket:
+        # Checks visit every partition of a bucket: with the deadline index
+        # (engine/deadlines.py) the job's decisions differed from `isr replay`
+        # on a real cluster's session input (a leader-stall shrink replay did
+        # not make; tests/integration/test_real_kafka_job.py), and a bucket
+        # restored from its row re-indexes every partition at its first check
+        # anyway. `isr replay` keeps the index.
+        engine.deadline_index = False
         return Bucket(engine, touched, layout)
 
     @staticmethod
@@ -151,6 +175,7 @@ class BucketProcessor:
         shared, wholes = cols["shared"], cols["whole"]
         submit = engine.submit_raw
         self._speak_for_sessions(engine, bucket.layout)
+        arrived = bucket.arrived = []
         for i, value in enumerate(cols["value"]):
             end = cols["end_ts"][i]
             if end is not None:
@@ -169,8 +194,11 @@ class BucketProcessor:
                 origin = None if whole is None else (sources[i], offsets[i], whole)
             # Validated by the packing stage: decoded when the watermark releases it.
             outcome = submit(ts_of[i], value, cols["seq"][i], origin)
-            if outcome.status == LATE and origin is not None:
-                dead.append(DeadLetter.of(*origin, outcome.reason, LATE))
+            if outcome.status == LATE:
+                if origin is not None:  # a share without it: another bucket reports it
+                    dead.append(DeadLetter.of(*origin, outcome.reason, LATE))
+            else:
+                arrived.append((ts_of[i], cols["seq"][i], value, origin))
         engine.on_reject = lambda origin, reason: origin is not None and dead.append(
             DeadLetter.of(*origin, reason, "model"))
         try:
@@ -233,9 +261,12 @@ def bucket_summary(engine: LocalEngine) -> dict:
 
 
 def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
-                        state_interval_ms: int = 0, partition_metrics: bool = False):
+                        state_interval_ms: int = 0, partition_metrics: bool = False,
+                        identity: str = ""):
     """The function for applyInPandasWithState, grouped by bucket label
-    (the other arguments: BucketProcessor's)."""
+    (the other arguments: BucketProcessor's). `identity`: the query's
+    (its checkpoint), so that the workers' engine cache (statelog.py) keeps
+    two queries' buckets apart."""
     settings_json = json.dumps([monitor.model_dump_json(), state_interval_ms, partition_metrics])
     index_of = {label: i for i, label in enumerate(labels)}
 
@@ -246,7 +277,8 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
         if bucket is None:
             raise layout_error(f"key {key[0]}", len(labels))
         with fewer_gc_passes():
-            rows = _call(_processor(settings_json), (bucket, len(labels)), pdfs, state)
+            rows = _call(_processor(settings_json), (bucket, len(labels)), pdfs, state,
+                         (identity, settings_json))
         if rows:
             yield pd.DataFrame(rows, columns=list(OutputRecord._fields))
 
@@ -254,9 +286,12 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
 
 
 def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
-          state) -> list[OutputRecord]:
-    """Restore the bucket (index, buckets), apply the batch's rows, save it."""
-    bucket = processor.restore(state.get[0] if state.exists else None, layout)
+          state, query: tuple = ()) -> list[OutputRecord]:
+    """Restore the bucket (index, buckets), apply the batch's rows, save it
+    (state layout 2, statelog.py; `query` keys the worker's engine cache)."""
+    key = (*query, *layout)
+    stored = statelog.load(processor, state.get[0] if state.exists else None, layout, key)
+    bucket = stored.bucket
     # All chunks of the batch at once: one partition_state per changed
     # partition per batch, not per chunk.
     packs: list[bytes] = []
@@ -265,7 +300,8 @@ def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
         packs.extend(pdf["pack"].tolist())
         summaries.extend(pdf["summary"].tolist())
     rows = processor.process(layout[0], bucket, unpack(packs), hold_of(summaries))
-    state.update((processor.save(bucket),))
+    state.update((statelog.save(stored, bucket.arrived, key),))
+    bucket.arrived = []
     return rows
 
 

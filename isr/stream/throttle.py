@@ -39,6 +39,7 @@ class StateThrottle(Listener):
         self.touched: set[tuple] = set()  # changed in this batch (for the metrics)
         # (policy, cluster, topic, partition) -> [watermark when sent, membership]
         self.sent: dict[tuple, list] = {}
+        self.sent_changed: set[tuple] = set()  # keys of `sent` since the last state_delta
 
     def on_change(self, model, change, out: list) -> None:
         self.touched.add(model.key)
@@ -67,6 +68,7 @@ class StateThrottle(Listener):
                 self.pending.discard(key)
                 for k, members in latest.items():
                     self.sent[k] = [now, members]
+                    self.sent_changed.add(k)
                 out.extend(models)
         return out
 
@@ -78,7 +80,9 @@ class StateThrottle(Listener):
         """Every model's state went out (the end of a bounded input)."""
         self.pending.clear()
         for m in models:
-            self.sent[(m.rules.policy, *m.key)] = [now, membership(m)]
+            key = (m.rules.policy, *m.key)
+            self.sent[key] = [now, membership(m)]
+            self.sent_changed.add(key)
 
     def to_state(self) -> list:
         return [sorted(self.pending), [[*k, *v] for k, v in sorted(self.sent.items())]]
@@ -87,3 +91,15 @@ class StateThrottle(Listener):
         pending, sent = state
         self.pending = {tuple(k) for k in pending}
         self.sent = {tuple(row[:4]): [row[4], row[5]] for row in sent}
+
+    def state_delta(self) -> list:
+        """The pending partitions and the `sent` entries changed since the last call."""
+        changed, self.sent_changed = self.sent_changed, set()
+        sent = self.sent
+        return [sorted(self.pending), [[*k, *sent[k]] for k in sorted(changed)]]
+
+    def apply_state_delta(self, delta: list) -> None:
+        pending, sent = delta
+        self.pending = {tuple(k) for k in pending}
+        for row in sent:
+            self.sent[tuple(row[:4])] = [row[4], row[5]]

@@ -1,0 +1,254 @@
+"""A bucket's state row, state layout 2: a snapshot, a log of what changed
+since, the queue in chunks written once; and the engine kept between
+micro-batches in the Python worker (docs/streaming.md, "State").
+
+The row (the state store's one `engine` binary value per bucket) is
+
+    MAGIC b"2\\n" | header length (4 bytes, little-endian) | header (JSON) | segments
+
+The header names the bucket layout (index, buckets), the row's version
+(the token of the worker process that wrote it, and a counter) and the
+segments' sizes, in order:
+- the snapshot: the engine without its queue (engine/snapshot.py), zstd;
+- the log: one delta per micro-batch since the snapshot (snapshot.delta:
+  the models, sessions and listener entries that changed), zstd;
+- the queue: one chunk per micro-batch, the events it queued for the
+  watermark (pickled, zstd), with the largest ts in it. A chunk is dropped
+  once the watermark has passed it; a restore keeps the events at or after
+  the watermark (those before were applied).
+
+A save re-uses every segment as it is and appends only the batch's delta
+and chunk; every COMPACT_AFTER deltas, or when the log grows past half the
+snapshot, or when most models changed, it writes a new snapshot instead.
+
+The worker keeps each bucket's engine with the version it last saved
+(`_CACHE`). When a row arrives with that version (the same worker ran the
+bucket's last batch and saved it) nothing is decoded. When the worker's
+engine is an earlier version of the same log (the header lists the version
+after the snapshot and after each delta), the deltas since catch it up.
+Otherwise (another worker, a retried task, a restart) the engine is rebuilt
+from the row. The
+entry leaves the cache while a batch runs, so a task that fails half-way
+leaves none behind.
+
+Layout 1 (isr-monitor before this: `compress_state(pickle((layout,
+snapshot, queue)))`) is read and migrated; any other row is refused with one
+line.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections import OrderedDict
+from itertools import count
+from typing import Optional
+
+import orjson
+
+from isr.engine import snapshot
+from isr.errors import CheckpointError
+
+LAYOUT = 2
+MAGIC = b"isr-state-layout:"
+_HEAD = MAGIC + b"2\n"
+COMPACT_AFTER = 16  # deltas at most in a row's log
+LOG_SHARE = 0.5  # a new snapshot once the log is this share of the snapshot's size
+DIRTY_SHARE = 0.5  # ... or this share of the models changed in one batch
+
+# This worker process's rows: (token, counter) is never written twice.
+_TOKEN = os.urandom(8).hex()
+_COUNTER = count(1)
+# key -> Stored; at most CACHE_ENTRIES engines per worker, least recently used out.
+_CACHE: "OrderedDict[tuple, Stored]" = OrderedDict()
+CACHE_ENTRIES = int(os.environ.get("ISR_STATE_CACHE_ENTRIES", "2"))
+STATS = {"hits": 0, "catch-ups": 0, "misses": 0, "snapshots": 0, "deltas": 0}
+# For measuring the hit rate in a running job: each load appends
+# "<pid> <bucket> hit|catch-up|miss" to this file (bench/bench_stream.py sets it).
+_LOG = os.environ.get("ISR_STATE_CACHE_LOG")
+
+
+def _count(kind: str, layout) -> None:
+    STATS[kind] += 1
+    if _LOG:
+        with open(_LOG, "a") as f:
+            f.write(f"{os.getpid()} {layout[0]} {kind[:-1] if kind != 'misses' else 'miss'}\n")
+
+
+def _compress(data: bytes) -> bytes:
+    from isr.stream.operator import compress_state
+    return compress_state(data)
+
+
+def _decompress(blob) -> bytes:
+    from isr.stream.operator import decompress_state
+    return decompress_state(bytes(blob))
+
+
+class Stored:
+    """A bucket as its row holds it: the engine and the row's segments."""
+
+    __slots__ = ("bucket", "version", "versions", "snapshot", "log", "log_bytes", "chunks")
+
+    def __init__(self, bucket, snapshot_bytes: Optional[bytes] = None,
+                 log: Optional[list] = None, chunks: Optional[list] = None,
+                 version=None, versions: Optional[list] = None) -> None:
+        self.bucket = bucket
+        self.version = version
+        # The version the row had after its snapshot, then after each delta.
+        self.versions: list = versions or []
+        self.snapshot = snapshot_bytes  # None: none yet (the next save writes one)
+        self.log: list[bytes] = log or []
+        self.log_bytes = sum(len(b) for b in self.log)
+        self.chunks: list[list] = chunks or []  # [max ts, bytes]
+
+
+def layout_of(blob: bytes) -> str:
+    """What a state row is, in words, for an error message."""
+    if blob.startswith(MAGIC):
+        return "state layout " + bytes(blob[len(MAGIC):len(MAGIC) + 8]).split(b"\n")[0].decode(
+            "ascii", "replace")
+    if blob.startswith(b"isr-zstd") or blob[:1] == b"\x78":
+        return "state layout 1"
+    return "an unknown state layout"
+
+
+def refuse(blob: bytes) -> CheckpointError:
+    return CheckpointError(
+        f"the state checkpoint holds {layout_of(blob)}, this isr-monitor reads state layouts 1 "
+        f"and {LAYOUT}: start the job with a new stream.checkpoint_location (it reads its input "
+        "from input.starting_offsets again, or from where you set them)")
+
+
+def _header(blob: bytes) -> tuple[dict, int]:
+    start = len(_HEAD)
+    size = int.from_bytes(blob[start:start + 4], "little")
+    return orjson.loads(blob[start + 4:start + 4 + size]), start + 4 + size
+
+
+def load(processor, blob: Optional[bytes], layout: tuple[int, int], key: tuple) -> Stored:
+    """The bucket of this row: the worker's own engine if the row is the
+    one it last saved, else rebuilt from the row."""
+    cached = _CACHE.pop(key, None)
+    if blob is None:
+        _count("misses", layout)
+        return Stored(processor.restore(None, layout))
+    if not blob.startswith(_HEAD):
+        if blob.startswith(MAGIC):
+            raise refuse(blob)
+        try:  # layout 1: migrated, saved whole in layout 2 at the end of this batch
+            bucket = processor.restore(blob, layout)
+        except CheckpointError:
+            raise
+        except Exception:  # noqa: BLE001 - neither layout: never a pickle traceback
+            raise refuse(blob) from None
+        _count("misses", layout)
+        queued = snapshot.queued_raw(bucket.engine)
+        chunks = [[max(e[0] for e in queued), _compress(pickle.dumps(queued, protocol=5))]] \
+            if queued else []
+        return Stored(bucket, chunks=chunks)
+    header, at = _header(blob)
+    if list(header["layout"]) != list(layout):
+        from isr.stream.operator import layout_error
+        raise layout_error(header["layout"][0], layout[1])
+    version = tuple(header["version"])
+    if cached is not None and cached.version == version:
+        _count("hits", layout)
+        return cached
+    versions = [tuple(v) for v in header.get("versions", [])]
+    if cached is not None and cached.version in versions:
+        # This worker's engine is the row as it was a few batches ago (another
+        # worker ran the batches since): the deltas written since catch it up.
+        _count("catch-ups", layout)
+        return _catch_up(cached, blob, header, at, versions.index(cached.version), version)
+    _count("misses", layout)
+    return _rebuild(processor, blob, header, at, layout, version)
+
+
+def _segments(blob: bytes, header: dict, at: int) -> tuple[bytes, list, list]:
+    view = memoryview(blob)
+    segments = []
+    for size in [header["snapshot"], *header["log"], *(c[1] for c in header["queue"])]:
+        segments.append(bytes(view[at:at + size]))
+        at += size
+    snap, log = segments[0], segments[1:1 + len(header["log"])]
+    chunks = [[c[0], b] for c, b in zip(header["queue"], segments[1 + len(log):])]
+    return snap, log, chunks
+
+
+def _requeue(engine, chunks: list) -> None:
+    """The queue from the row's chunks: the events at or after the watermark."""
+    watermark = engine.sequencer.external_watermark
+    queued = engine.sequencer.queued = []
+    for _max_ts, chunk in chunks:
+        queued.extend(e for e in pickle.loads(_decompress(chunk)) if e[0] >= watermark)
+
+
+def _catch_up(cached: Stored, blob: bytes, header: dict, at: int, position: int,
+              version) -> Stored:
+    snap, log, chunks = _segments(blob, header, at)
+    engine = cached.bucket.engine
+    for entry in log[position:]:
+        snapshot.apply_delta(engine, _decompress(entry))
+    _requeue(engine, chunks)
+    snapshot.clear_changes(engine)
+    return Stored(cached.bucket, snap, log, chunks, version,
+                  [tuple(v) for v in header["versions"]])
+
+
+def _rebuild(processor, blob: bytes, header: dict, at: int, layout, version) -> Stored:
+    snap, log, chunks = _segments(blob, header, at)
+    bucket = processor.restore(None, layout, snapshot_blob=_decompress(snap))
+    engine = bucket.engine
+    try:
+        for entry in log:
+            snapshot.apply_delta(engine, _decompress(entry))
+    except snapshot.StateVersionError as exc:
+        from isr.stream.operator import version_error
+        raise version_error(exc) from None
+    _requeue(engine, chunks)
+    snapshot.clear_changes(engine)
+    return Stored(bucket, snap, log, chunks, version,
+                  [tuple(v) for v in header.get("versions", [])])
+
+
+def save(stored: Stored, arrived: list, key: tuple) -> bytes:
+    """The row after a batch (`arrived`: the events it queued, as the
+    sequencer holds them), and the engine kept for the next batch."""
+    engine = stored.bucket.engine
+    watermark = engine.sequencer.external_watermark
+    if engine.sequencer.queued:
+        stored.chunks = [c for c in stored.chunks if c[0] >= watermark]
+        if arrived:
+            stored.chunks.append([max(e[0] for e in arrived),
+                                  _compress(pickle.dumps(arrived, protocol=5))])
+    else:
+        stored.chunks = []  # all applied (the end of a bounded input)
+    models = sum(len(parts) for parts in engine.partitions.values())
+    if (stored.snapshot is None or len(stored.log) >= COMPACT_AFTER
+            or stored.log_bytes > LOG_SHARE * len(stored.snapshot)
+            or len(engine.dirty) > DIRTY_SHARE * models):
+        snapshot.clear_changes(engine)
+        stored.snapshot = _compress(snapshot.snapshot(engine, with_queue=False))
+        stored.log, stored.log_bytes = [], 0
+        stored.versions = []
+        STATS["snapshots"] += 1
+    else:
+        entry = _compress(snapshot.delta(engine))
+        stored.log.append(entry)
+        stored.log_bytes += len(entry)
+        STATS["deltas"] += 1
+    stored.version = (_TOKEN, next(_COUNTER))
+    stored.versions.append(stored.version)
+    header = orjson.dumps({
+        "layout": list(stored.bucket.layout), "version": list(stored.version),
+        "versions": [list(v) for v in stored.versions],
+        "snapshot": len(stored.snapshot), "log": [len(b) for b in stored.log],
+        "queue": [[c[0], len(c[1])] for c in stored.chunks]})
+    row = b"".join([_HEAD, len(header).to_bytes(4, "little"), header, stored.snapshot,
+                    *stored.log, *(c[1] for c in stored.chunks)])
+    if CACHE_ENTRIES > 0:
+        _CACHE[key] = stored
+        while len(_CACHE) > CACHE_ENTRIES:
+            _CACHE.popitem(last=False)
+    return row
