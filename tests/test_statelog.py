@@ -182,7 +182,11 @@ def test_any_stream_any_batches_any_cache_outputs_as_layout_1(events, cuts, cach
 
 
 def _engine(monitor) -> LocalEngine:
-    return LocalEngine(monitor, listeners=standard_listeners(monitor), external_watermark=True)
+    # As a Spark bucket runs it (operator.BucketProcessor._bucket): checks visit
+    # every partition. With the deadline index a skipped partition's state is
+    # not in the deltas yet (docs/rules.md, "Checks visit only the partitions due").
+    return LocalEngine(monitor, listeners=standard_listeners(monitor), external_watermark=True,
+                       deadline_index=False)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -214,6 +218,7 @@ def test_a_snapshot_and_its_deltas_restore_an_engine_that_decides_the_same(event
             queued = snapshot.queued_raw(engine)
             engine = snapshot.restore(monitor, snap, listeners=standard_listeners(monitor),
                                       external_watermark=True, queued=queued)
+            engine.deadline_index = False  # as operator.BucketProcessor._bucket
             for entry in log:
                 snapshot.apply_delta(engine, entry)
             snapshot.clear_changes(engine)

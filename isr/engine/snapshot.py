@@ -180,6 +180,8 @@ def apply_delta(engine: LocalEngine, blob: bytes) -> None:
     alive = set(live)
     for sid in [sid for sid in S.by_sid if sid not in alive]:
         _unindex(S, S.by_sid.pop(sid))
+    # Each session's last fetch, as SessionDriver.from_list finds it after a snapshot.
+    engine.session_driver.last = {s.sid: s.log[-1] for s in S.by_sid.values() if s.log}
     S.unbound = {(c, l, r): sid for c, l, r, sid in unbound}
     S.next_sid, S.anomalies, S.order = next_sid, Counter(anomalies), order
     states = data["listeners"]

@@ -216,14 +216,19 @@ class Simulator:
             if p is not None and ((f.topic is not None and f.topic != p.topic)
                                   or (f.partition is not None and f.partition != p.partition)):
                 continue
-            start = self.t0 + f.at_ms
-            if t < start:
-                continue
-            if f.repeat_every_ms:
-                start += (t - start) // f.repeat_every_ms * f.repeat_every_ms
-            if t < start + f.duration_ms:
-                return f, start + f.duration_ms
+            end = self._window_end(f, t)
+            if end is not None:
+                return f, end
         return None
+
+    def _window_end(self, f: Fault, t: int) -> Optional[int]:
+        """The end of `f`'s window in force at `t` (its current repeat), if any."""
+        start = self.t0 + f.at_ms
+        if t < start:
+            return None
+        if f.repeat_every_ms:
+            start += (t - start) // f.repeat_every_ms * f.repeat_every_ms
+        return start + f.duration_ms if t < start + f.duration_ms else None
 
     def _uniform(self, low: int, high: int) -> int:
         """A seeded random int in [low, high]."""
@@ -586,13 +591,9 @@ class Simulator:
         """A stuck_follower fault on the whole broker (no topic, no partition)."""
         for f in self.windows.get("stuck_follower", {}).get(broker, ()):
             if f.topic is None and f.partition is None:
-                start = self.t0 + f.at_ms
-                if t < start:
-                    continue
-                if f.repeat_every_ms:
-                    start += (t - start) // f.repeat_every_ms * f.repeat_every_ms
-                if t < start + f.duration_ms:
-                    return f, start + f.duration_ms
+                end = self._window_end(f, t)
+                if end is not None:
+                    return f, end
         return None
 
     def _arrive_s(self, t: int, s: _Session, gen: int) -> None:
