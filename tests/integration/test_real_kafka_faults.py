@@ -242,10 +242,14 @@ def throttle(kafka: KafkaCluster, broker: int, topic: str, rate: Optional[int]) 
 
 def fetch_gaps_ms(outputs: list[str], replica: int, topic: str, since: int, until: int) -> int:
     """The longest time between two of `replica`'s fetches of `topic` (from
-    the request-log taps' events) in [since, until]."""
+    the request-log taps' events) in [since, until]: its per-partition
+    `fetch`es, or its session FETCHes (`fetch_session`, the taps' default
+    grain), each of which fetches every partition its session holds."""
     ts = sorted(e["ts"] for path in outputs[1:] for line in Path(path).read_text().splitlines()
-                if (e := json.loads(line))["type"] == "fetch" and e.get("topic") == topic
-                and e["replica"] == replica and since <= e["ts"] <= until)
+                if (e := json.loads(line)).get("replica") == replica
+                and since <= e["ts"] <= until
+                and (e["type"] == "fetch_session"
+                     or (e["type"] == "fetch" and e.get("topic") == topic)))
     return max((b - a for a, b in zip(ts, ts[1:])), default=until - since)
 
 
@@ -258,11 +262,17 @@ def test_a_slow_follower_falls_out_by_the_lag_rule_and_is_taken_back(kafka, tmp_
     sync); without the throttle it catches up and is taken back. `isr verify`
     over the taps' outputs agrees with every commit."""
     slow = 3
-    topic = f"slow-{uuid.uuid4().hex[:6]}"
     lag = kafka.conf.replica_lag_time_max_ms
     run = Run(kafka, tmp_path)
-    create_topics(kafka, (topic, 3))
-    leaders = {p: leader for p, (leader, _isr) in isr_of(kafka, topic).items()}
+    for _attempt in range(20):  # the slow broker must lead one partition (to stay in its ISR)
+        topic = f"slow-{uuid.uuid4().hex[:6]}"
+        create_topics(kafka, (topic, 3))
+        leaders = {p: leader for p, (leader, _isr) in isr_of(kafka, topic).items()}
+        if slow in leaders.values():
+            break
+        time.sleep(1)  # KRaft's placer makes no broker leader while it is still fenced
+    else:
+        pytest.fail(f"broker {slow} led no partition of 20 new topics: {leaders}")
     followed = sorted(p for p, leader in leaders.items() if leader != slow)
     out_of = lambda: all(slow not in isr_of(kafka, topic)[p][1] for p in followed)  # noqa: E731
     throttle(kafka, slow, topic, 512 * 1024)  # in force only once it is out of sync
