@@ -85,7 +85,13 @@ class AlertListener(Listener):
         """Adds or replaces the watches of `state` (a whole state or a delta)."""
         for row in state:
             w = Watch.from_list(row)
-            self.watches[(w.policy, w.cluster, w.topic, w.partition)] = w
+            key = (w.policy, w.cluster, w.topic, w.partition)
+            held = self.watches.get(key)
+            if held is None:
+                self.watches[key] = w
+            else:  # updated in place: a model kept in memory holds it (`model.watch`)
+                for name in Watch.__slots__:
+                    setattr(held, name, getattr(w, name))
 
     def state_delta(self) -> list:
         """The watches changed since the last call; from_state applies them."""

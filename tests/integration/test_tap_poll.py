@@ -50,8 +50,8 @@ def test_polling_a_cluster_that_is_not_there_is_one_line(tmp_path):
 
 def test_a_tap_writes_to_kafka_keyed_by_partition_and_names_topic_ids_from_the_cluster(
         broker, tmp_path):
-    """`--to kafka://TOPIC`: every event once, keyed `topic/partition`; a
-    FetchRequest v13+ topic id named by asking the cluster (`--topic-ids
+    """`--to kafka://TOPIC`: every event once, keyed `topic/partition` (a
+    session FETCH by its leader, `leader/<id>`); a FetchRequest v13+ topic id named by asking the cluster (`--topic-ids
     BOOTSTRAP`)."""
     name = f"orders-{uuid.uuid4().hex[:6]}"
     broker.create_topics([name], 1)
@@ -70,5 +70,10 @@ def test_a_tap_writes_to_kafka_keyed_by_partition_and_names_topic_ids_from_the_c
     msgs = list(read_to_end(conf, {tp: 0 for tp in topic_partitions(conf, [out_topic])}))
     assert written > 10 and len(msgs) == written
     events = [json.loads(m.value()) for m in msgs]
-    assert {e["topic"] for e in events} == {name}
-    assert {m.key() for m in msgs} == {f"{name}/0".encode()}
+    sessions = [(m, e) for m, e in zip(msgs, events) if e["type"] == "fetch_session"]
+    others = [(m, e) for m, e in zip(msgs, events) if e["type"] != "fetch_session"]
+    assert sessions and others  # session FETCHes (the default grain) and appends
+    assert {e["topic"] for _m, e in others} == {name}
+    assert {p["topic"] for _m, e in sessions for p in e["partitions"]} == {name}
+    assert {m.key() for m, _e in others} == {f"{name}/0".encode()}
+    assert {m.key() for m, _e in sessions} == {b"leader/1"}  # the leader's view
