@@ -486,8 +486,16 @@ def load_settings(
 
 
 # Environment variables of ours that are no setting.
-OPERATIONAL_ENV = frozenset({"ISR_CONFIG", "ISR_SPARK_LOG_LEVEL", "ISR_SPARK_UI", "ISR_TANSU_BIN",
-                             "ISR_SPARK_JAVA_OPTIONS"})
+OPERATIONAL_ENV = frozenset({
+    "ISR_CONFIG", "ISR_SPARK_LOG_LEVEL", "ISR_SPARK_UI", "ISR_TANSU_BIN", "ISR_SPARK_JAVA_OPTIONS",
+    "ISR_CACHE", "ISR_SCENARIO_DIR", "ISR_STATE_CACHE_ENTRIES", "ISR_STATE_CACHE_LOG",
+    # scripts/kafka-cluster (isr/kafka/cluster.py, jars.py)
+    "ISR_KAFKA_DIR", "ISR_KAFKA_CACHE", "ISR_KAFKA_PORT_BASE", "ISR_KAFKA_BROKER_HEAP",
+    "ISR_KAFKA_CONTROLLER_HEAP", "ISR_KAFKA_JMX_EXPORTER", "ISR_KAFKA_MVN_ARGS",
+    "ISR_KAFKA_REPLICA_LAG_MS", "ISR_KAFKA_SESSION_TIMEOUT_MS",
+    # the test suite's ports and directories (tests/conftest.py), set around the commands it runs
+    "ISR_KAFKA_TEST_DIR", "ISR_KAFKA_TEST_PORT_BASE", "ISR_TEST_DEMO_PORT",
+    "ISR_TEST_DEMO_KAFKA_PORT", "ISR_SESSION_EXAMPLES"})
 
 
 def _env_names(model: type[BaseModel], prefix: str) -> set[str]:
