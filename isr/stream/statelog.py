@@ -184,14 +184,19 @@ def _requeue(engine, chunks: list) -> None:
         queued.extend(e for e in pickle.loads(_decompress(chunk)) if e[0] >= watermark)
 
 
-def _catch_up(cached: Stored, blob: bytes, header: dict, at: int, position: int,
-              version) -> Stored:
-    snap, log, chunks = _segments(blob, header, at)
-    engine = cached.bucket.engine
-    for entry in log[position:]:
+def _apply_log(engine, entries: list, chunks: list) -> None:
+    """The row's deltas `entries` applied in order, then its queue; the
+    engine then holds no pending changes (the row has them all)."""
+    for entry in entries:
         snapshot.apply_delta(engine, _decompress(entry))
     _requeue(engine, chunks)
     snapshot.clear_changes(engine)
+
+
+def _catch_up(cached: Stored, blob: bytes, header: dict, at: int, position: int,
+              version) -> Stored:
+    snap, log, chunks = _segments(blob, header, at)
+    _apply_log(cached.bucket.engine, log[position:], chunks)
     return Stored(cached.bucket, snap, log, chunks, version,
                   [tuple(v) for v in header["versions"]])
 
@@ -199,15 +204,11 @@ def _catch_up(cached: Stored, blob: bytes, header: dict, at: int, position: int,
 def _rebuild(processor, blob: bytes, header: dict, at: int, layout, version) -> Stored:
     snap, log, chunks = _segments(blob, header, at)
     bucket = processor.restore(None, layout, snapshot_blob=_decompress(snap))
-    engine = bucket.engine
     try:
-        for entry in log:
-            snapshot.apply_delta(engine, _decompress(entry))
+        _apply_log(bucket.engine, log, chunks)
     except snapshot.StateVersionError as exc:
         from isr.stream.operator import version_error
         raise version_error(exc) from None
-    _requeue(engine, chunks)
-    snapshot.clear_changes(engine)
     return Stored(bucket, snap, log, chunks, version,
                   [tuple(v) for v in header.get("versions", [])])
 
