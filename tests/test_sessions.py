@@ -305,8 +305,8 @@ def _batches(events, cuts, deadline_index: bool) -> tuple:
         engine.advance_watermark()
         batches.append([d.model_dump_json() for d in engine.take_decisions()])
         engine = snapshot.restore(monitor, snapshot.snapshot(engine),
-                                  listeners=standard_listeners(monitor))
-        engine.deadline_index = deadline_index
+                                  listeners=standard_listeners(monitor),
+                                  deadline_index=deadline_index)
         start = end
     engine.finish()
     batches.append([d.model_dump_json() for d in engine.take_decisions()])

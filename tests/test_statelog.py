@@ -181,24 +181,25 @@ def test_any_stream_any_batches_any_cache_outputs_as_layout_1(events, cuts, cach
     assert dump(layout2_run(batches, cache, seed)) == dump(layout1_run(batches))
 
 
-def _engine(monitor) -> LocalEngine:
-    # As a Spark bucket runs it (operator.BucketProcessor._bucket): checks visit
-    # every partition. With the deadline index a skipped partition's state is
-    # not in the deltas yet (docs/rules.md, "Checks visit only the partitions due").
+def _engine(monitor, deadline_index: bool) -> LocalEngine:
     return LocalEngine(monitor, listeners=standard_listeners(monitor), external_watermark=True,
-                       deadline_index=False)
+                       deadline_index=deadline_index)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(session_streams(), st.lists(st.integers(0, 50), max_size=5), st.integers(0, 9))
-def test_a_snapshot_and_its_deltas_restore_an_engine_that_decides_the_same(events, cuts, seed):
-    """Fetch sessions too (the Spark job does not route them yet): an engine
-    rebuilt from its snapshot and the deltas of the batches since carries on
-    with the decisions of the engine that ran through."""
+@given(session_streams(), st.lists(st.integers(0, 50), max_size=5), st.integers(0, 9),
+       st.booleans())
+def test_a_snapshot_and_its_deltas_restore_an_engine_that_decides_the_same(events, cuts, seed,
+                                                                          deadline_index):
+    """Fetch sessions too: an engine rebuilt from its snapshot and the deltas
+    of the batches since carries on with the decisions of the engine that ran
+    through, with the deadline index (as a Spark bucket runs) or without. With
+    the index a model no check visited is in no delta; restored, it is
+    indexed at once, as having seen the checks up to the saved watermark."""
     monitor = MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000,
                               propagation="zk", allowed_lateness_ms=0)
     rng = random.Random(seed)
-    ref, engine = _engine(monitor), _engine(monitor)
+    ref, engine = _engine(monitor, deadline_index), _engine(monitor, deadline_index)
     snap, log = None, []
     got, want = [], []
     start = 0
@@ -217,8 +218,8 @@ def test_a_snapshot_and_its_deltas_restore_an_engine_that_decides_the_same(event
         if rng.random() < 0.5:  # another worker: rebuilt from the row (its queue: chunks)
             queued = snapshot.queued_raw(engine)
             engine = snapshot.restore(monitor, snap, listeners=standard_listeners(monitor),
-                                      external_watermark=True, queued=queued)
-            engine.deadline_index = False  # as operator.BucketProcessor._bucket
+                                      external_watermark=True, queued=queued,
+                                      deadline_index=deadline_index)
             for entry in log:
                 snapshot.apply_delta(engine, entry)
             snapshot.clear_changes(engine)

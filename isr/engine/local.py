@@ -331,25 +331,45 @@ class LocalEngine:
         self.deadlines.touch(model)
 
     def rebuild_index(self) -> None:
-        """Index every model afresh (after models were put in place from a
-        snapshot: engine/snapshot.py). Their next_check is as they were saved."""
+        """Index every model afresh, after models were put in place from a
+        snapshot (engine/snapshot.py restore): their next_check is as they
+        were saved, and every one of them saw the checks up to the watermark
+        the state was saved at (an external one: a Spark batch's). Called
+        when the models are restored, before any event: done later, it would
+        take models created since for restored ones, and the watermark of
+        the next check for the one the state was saved at."""
         self.deadlines.clear()
         self.model_count = 0
         for parts in self.partitions.values():
             for m in parts.values():
                 m.due_at, m.due_stamp, m.due_dirty = None, 0, False
                 self._register(m)
+        self._restored()
+
+    def adopt(self, model: PartitionModel, old: Optional[PartitionModel]) -> None:
+        """`model` takes the place of `old` (None: a new partition) from a
+        state delta (engine/snapshot.py apply_delta): it takes `old`'s place
+        in the visiting order and its index entries no longer count."""
+        if old is None:
+            self._register(model)
+            return
+        model.due_order = old.due_order
+        old.due_stamp, old.due_order = 0, -1  # dead: its heap and dirty entries are skipped
+        self.deadlines.touch(model)
+
+    def _restored(self) -> None:
+        """Every model put in place so far saw the checks up to the
+        watermark the state was saved at."""
         self._existed = self.model_count
         if self.sequencer.external and self.sequencer.external_watermark >= 0:
             # The last advance_all ran to the external watermark (advance_watermark).
             self._reach(self.sequencer.external_watermark, False)
+            self._existed = self.model_count
 
     def _due_models(self, until: int, inclusive: bool) -> list[PartitionModel]:
         """The models a check up to `until` must visit, in the order a visit
         of every model takes (policy, then partition creation)."""
         deadlines = self.deadlines
-        if self.model_count != sum(len(p) for p in self.partitions.values()):
-            self.rebuild_index()  # models restored from a snapshot
         dirty, deadlines.dirty = deadlines.dirty, []
         # Each model touched since the last check, indexed at the first instant
         # a check must visit it: its next instant, the end of a suspected
@@ -358,6 +378,8 @@ class LocalEngine:
         steady, next_due, place = self.session_driver.is_steady, self._next_due, deadlines.place
         for m in dirty:
             m.due_dirty = False
+            if m.due_order < 0:
+                continue  # replaced by a state delta (adopt)
             if m.sessions and not steady(m):
                 at = EAGER
             else:

@@ -73,9 +73,10 @@ def queued_raw(engine: LocalEngine) -> list[tuple]:
 def restore(monitor: MonitorSettings, blob: bytes,
             on_reject: Optional[Callable[[Any, str], None]] = None,
             external_watermark: bool = False, listeners=(),
-            queued: Optional[list[tuple]] = None) -> LocalEngine:
+            queued: Optional[list[tuple]] = None, deadline_index: bool = True) -> LocalEngine:
     """`queued`: the queue kept apart (`queued_raw`), if the snapshot was
-    taken without it; its events are decoded when released."""
+    taken without it; its events are decoded when released.
+    `deadline_index`: as LocalEngine's."""
     data = orjson.loads(blob)
     if data.get("v") != VERSION:
         raise StateVersionError(
@@ -85,7 +86,8 @@ def restore(monitor: MonitorSettings, blob: bytes,
         raise ValueError(f"state was written for policies {data['policies']}, "
                          f"the configuration says {list(monitor.policy)}")
     engine = LocalEngine(monitor, policies=data["policies"], listeners=listeners,
-                         on_reject=on_reject, external_watermark=external_watermark)
+                         on_reject=on_reject, external_watermark=external_watermark,
+                         deadline_index=deadline_index)
     for policy, rows in data["partitions"].items():
         rules = engine.rules[policy]
         models = (PartitionModel.from_list(rules, row) for row in rows)
@@ -109,6 +111,7 @@ def restore(monitor: MonitorSettings, blob: bytes,
     for listener in engine.listeners:
         if listener.name in states:
             listener.from_state(states[listener.name])
+    engine.rebuild_index()  # now: see its docstring
     return engine
 
 
@@ -162,6 +165,7 @@ def apply_delta(engine: LocalEngine, blob: bytes) -> None:
         rules, parts = engine.rules[policy], engine.partitions[policy]
         for row in rows:
             m = PartitionModel.from_list(rules, row)
+            engine.adopt(m, parts.get(m.key))
             parts[m.key] = m
     engine.brokers = {c: Brokers.from_list(rows) for c, rows in data["brokers"].items()}
     seq = engine.sequencer
@@ -188,6 +192,7 @@ def apply_delta(engine: LocalEngine, blob: bytes) -> None:
     for listener in engine.listeners:
         if listener.name in states:
             listener.apply_state_delta(states[listener.name])
+    engine._restored()  # the checks the delta's batch ran
 
 
 def _unindex(S, session) -> None:

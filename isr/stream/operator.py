@@ -118,10 +118,10 @@ class BucketProcessor:
                                           external_watermark=True)
             except snapshot.StateVersionError as exc:
                 raise version_error(exc) from None
-            return self._bucket(engine, touched, layout)
+            return Bucket(engine, touched, layout)
         if blob is None:
             engine = LocalEngine(self.monitor, listeners=listeners, external_watermark=True)
-            return self._bucket(engine, touched, layout)
+            return Bucket(engine, touched, layout)
         state = pickle.loads(decompress_state(blob))
         # (layout, snapshot, queue); before the queue was kept apart: (layout, snapshot)
         if len(state) not in (2, 3) or state[0] != layout:
@@ -133,18 +133,6 @@ class BucketProcessor:
                                       queued=state[2] if len(state) == 3 else None)
         except snapshot.StateVersionError as exc:
             raise version_error(exc) from None
-        return self._bucket(engine, touched, layout)
-
-    @staticmethod
-    def _bucket(engine: LocalEngine, touched: StateThrottle,
-                layout: Optional[tuple[int, int]]) -> Bucket:
-        # Checks visit every partition of a bucket: with the deadline index
-        # (engine/deadlines.py) the job's decisions differed from `isr replay`
-        # on a real cluster's session input (a leader-stall shrink replay did
-        # not make; tests/integration/test_real_kafka_job.py), and a bucket
-        # restored from its row re-indexes every partition at its first check
-        # anyway. `isr replay` keeps the index.
-        engine.deadline_index = False
         return Bucket(engine, touched, layout)
 
     @staticmethod
