@@ -333,7 +333,13 @@ class PartitionModel:
             self.leader_epoch_start_offset = ev.leader_epoch_start_offset
             self.leader_leo = ev.leader_epoch_start_offset
             self.hw = ev.hw if ev.hw is not None else min(self.hw, self.leader_leo)
-            self.followers = self._reset_followers(ev, isr, new_leader=ev.leader != self.leader)
+            followers = self._reset_followers(ev, isr, new_leader=ev.leader != self.leader)
+            if self.bootstrap and (ev.leader, ev.leader_epoch) == (self.leader, self.leader_epoch):
+                # The epoch it was bootstrapped in: no reset happened in Kafka,
+                # the followers' fetches seen in it stand (else an ISR member
+                # expanded from a "never caught up" reset is shrunk at once).
+                followers.update((r, f) for r, f in self.followers.items() if r in followers)
+            self.followers = followers
         else:
             old = self.followers
             self.followers = {r: old.get(r) or Follower() for r in ev.replicas if r != ev.leader}
