@@ -458,3 +458,22 @@ def test_replay_engine_spark_propagates_per_leader_across_buckets_as_local_does(
     # Per policy: the six shrinks in one record, the six expands in another.
     assert len(propagated) == 2 * len(POLICIES)
     assert all(len(p.partitions) == 6 for p in propagated)
+
+
+def test_the_propagation_state_is_kept_per_batch_in_the_checkpoint(spark, tmp_path):
+    """The driver stage's state store (Hadoop's file system, here a local
+    checkpoint): a batch run again after a restart reads the state of the
+    batch before it, a batch's state written again replaces it, the last 10
+    are kept."""
+    from isr.stream.propagation import KEEP, STATE_DIR, HadoopStore
+
+    store = HadoopStore(spark, str(tmp_path / "checkpoint"))
+    assert store.latest_before(0) is None  # a new checkpoint
+    for batch_id in range(15):
+        store.save(batch_id, f"[{batch_id}]")
+    store.save(14, "[14, 'again']")
+    restarted = HadoopStore(spark, f"file://{tmp_path}/checkpoint/")
+    assert restarted.latest_before(15) == "[14, 'again']"
+    assert restarted.latest_before(14) == "[13]"
+    assert sorted(p.name for p in (tmp_path / "checkpoint" / STATE_DIR).iterdir()
+                  if not p.name.startswith(".")) == sorted(str(i) for i in range(15 - KEEP, 15))
