@@ -163,3 +163,34 @@ def run_interruptibly(call, timeout_s: float):
     if "value" not in box:
         raise TimeoutError(f"no answer within {timeout_s:g} s")
     return box["value"]
+
+
+class Stopped(Exception):
+    """A wait given up because a stop was asked for (`call_until`)."""
+
+
+def call_until(call, stop, what: str = "isr-call"):
+    """`call()` in a helper thread, waited for until it returns (its value, or
+    what it raised) or `stop()` is true (then Stopped): for a call no signal
+    can cut short, such as Spark planning a query's source through Py4J
+    (a Python data source's schema is asked of a worker process), which may
+    take a minute on a busy machine. The call runs on in its daemon thread,
+    its outcome dropped; it must not print (what it raises is kept, never
+    shown), and the process's exit ends it: pyspark kills its JVM at exit."""
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, or dropped
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name=what, daemon=True)
+    worker.start()
+    while worker.is_alive():
+        if stop():
+            raise Stopped(what)
+        worker.join(0.1)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

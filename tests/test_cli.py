@@ -301,3 +301,26 @@ def test_a_command_that_swallows_the_interrupt_still_ends():
     err = proc.communicate(timeout=30)[1]
     assert proc.returncode == 130 and time.monotonic() - sent < 6
     assert err == "isr test: still busy 3 s after SIGTERM; exiting now\n"
+
+
+def test_a_call_no_signal_cuts_short_is_given_up_when_a_stop_comes():
+    """signals.call_until (the demos' wait for Spark planning a query): the
+    call's value or error when it ends first; Stopped within a moment of the
+    stop flag when it does not, the call left to run on in silence."""
+    import threading
+    import time
+
+    import pytest
+
+    from isr.signals import Stopped, call_until
+
+    assert call_until(lambda: 42, lambda: False) == 42
+    with pytest.raises(ValueError, match="bad"):
+        call_until(lambda: (_ for _ in ()).throw(ValueError("bad")), lambda: False)
+    release, stop = threading.Event(), threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    with pytest.raises(Stopped):
+        call_until(lambda: release.wait(30), stop.is_set)
+    assert time.monotonic() - started < 1.5
+    release.set()

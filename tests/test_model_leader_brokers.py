@@ -181,3 +181,60 @@ def test_partition_seen_before_its_leader_event_is_bootstrapped():
     assert (change.ts - T0, change.replicas, change.bootstrap) == (45000, [2], True)
     r = run(events + [leader(60001, isr=[1, 3])])
     assert r.model().bootstrap is False and r.state().bootstrap is False
+
+
+# ---------------------------------------------------------------- lags stated
+def _stated_lags(decisions) -> list[tuple[int, int]]:
+    """(decision ts, lag) for every lag a decision states: a shrink's reason
+    ("lag N ms"), its details' lag_ms, an alert's numbers."""
+    import re
+
+    out = []
+    for d in decisions:
+        text = d.model_dump_json()
+        out += [(d.ts, int(n)) for n in re.findall(r"lag (\d+) ms", text)]
+        out += [(d.ts, int(n)) for n in re.findall(r'"lag_ms":(\d+)', text)]
+    return out
+
+
+def _assert_lags_within_the_epoch(events, epoch_seen_at: int):
+    """No decision states a lag longer than the time since the monitor first
+    saw the partition's current leader epoch (a lastCaughtUpTimeMs of 0 is
+    not a time: it once showed as "lag 1795663462000 ms" in `isr demo`)."""
+    results = {}
+    for policy in ("legacy", "kip16", "kafka", "kip501"):
+        r = results[policy] = run(events, policy=policy, replica_lag_time_max_ms=3000)
+        lags = _stated_lags(r.engine.decisions)
+        assert lags, policy
+        assert all(lag <= ts - epoch_seen_at for ts, lag in lags), (policy, lags)
+    return results["kafka"]
+
+
+def test_the_first_leader_event_of_a_bootstrapped_epoch_keeps_its_followers_fetches():
+    """The demo's taps: follower fetches before the metadata poller's first
+    view, which comes while broker 3 is paused (ISR [1, 2], same leader
+    epoch). No epoch began there: replica 3's fetch at +10 ms stands, so when
+    it comes back behind the leader and is shrunk again its lag is the time
+    since then, not since 1970."""
+    events = [append(0, 30), fetch(10, 2, 30, 30), fetch(10, 3, 30, 30),
+              leader(1000, isr=[1, 2]), append(1500, 50), fetch(1600, 2, 40, 50),
+              fetch(1700, 3, 40, 50), fetch(1800, 2, 50, 50), append(9000, 60)]
+    r = _assert_lags_within_the_epoch(events, T0)
+    assert r.model().followers[3].last_caught_up_ts == T0 + 10
+    shrink = [c for c in r.changes if c.action == "shrink" and 3 in c.replicas][0]
+    assert f"replica 3: lag {shrink.ts - (T0 + 10)} ms > 3000 ms" in shrink.reason
+
+
+def test_a_follower_never_caught_up_in_its_leader_epoch_says_so():
+    """A new leader's follower outside the ISR (lastCaughtUpTimeMs 0, as
+    Kafka's resetReplicaState sets it) joins on a fetch behind the leader's
+    LEO and is out of sync at the next check, as in Kafka; its reason says
+    it never caught up instead of a lag counted from 1970."""
+    new = {"leader": 2, "leader_epoch": 2}
+    events = [leader(0), append(100, 30),
+              leader(1000, isr=[2, 1], start=30, **new), append(1500, 50, **new),
+              fetch(1600, 1, 40, 50, **new), fetch(1700, 3, 40, 50, **new),
+              fetch(1800, 1, 50, 50, **new), append(9000, 60, **new)]
+    r = _assert_lags_within_the_epoch(events, T0 + 1000)
+    shrink = [c for c in r.changes if c.action == "shrink" and 3 in c.replicas][0]
+    assert shrink.reason.startswith("replica 3: never caught up in this leader epoch")

@@ -368,9 +368,10 @@ def test_a_session_anomaly_and_a_late_session_record_are_reported_once_by_the_bu
         "late", 20, json.loads(encode(late)))
 
 
-def _bucket_outputs(monitor, events, buckets, cuts):
+def _bucket_outputs(monitor, events, buckets, cuts, batches=None):
     """The Spark job's stages without Spark: each batch packed as one file
-    task, every bucket processed and its state saved and restored."""
+    task, every bucket processed and its state saved and restored
+    (`batches`: a list that gets each batch's records of all buckets)."""
     p = BucketProcessor(monitor)
     states = [None] * buckets
     out = []
@@ -380,10 +381,14 @@ def _bucket_outputs(monitor, events, buckets, cuts):
         last = end == len(events)
         task = pack(events[start:end], first_offset=start, topic="e.jsonl", partition=-1,
                     buckets=buckets, end_ts=max(e.ts for e in events) if last else None)
+        batch = []
         for b in range(buckets):
             bucket = p.restore(states[b], (b, buckets))
-            out += process(p, bucket, [task], b)
+            batch += process(p, bucket, [task], b)
             states[b] = p.save(bucket)
+        out += batch
+        if batches is not None:
+            batches.append(batch)
         start = end
     return out
 
@@ -425,3 +430,50 @@ def test_buckets_applying_session_shares_decide_as_one_engine(events, buckets, c
     assert sorted(final.values(), key=lambda s: (POLICIES.index(s["policy"]), s["topic"],
                                                  s["partition"])) == [
         json.loads(s.model_dump_json()) for s in ref.states()]
+
+
+class _Store:
+    """PropagationStage's states in a dict (the job's: the checkpoint)."""
+
+    def __init__(self) -> None:
+        self.states: dict[int, str] = {}
+
+    def latest_before(self, batch_id):
+        ids = [i for i in self.states if i < batch_id]
+        return self.states[max(ids)] if ids else None
+
+    def save(self, batch_id, state):
+        self.states[batch_id] = state
+
+
+@settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(session_streams(), st.integers(2, 4), st.lists(st.integers(0, 50), max_size=3))
+def test_propagation_after_the_buckets_is_one_engines(events, buckets, cuts):
+    """`monitor.propagation = "zk"`: a leader's partitions lie in several
+    buckets; the driver's stage over every bucket's records of each batch
+    (stream/propagation.py), restarted from its stored state before each
+    batch, writes the isr_propagation records of one engine (isr replay),
+    and no bucket writes any."""
+    from isr.stream.propagation import PropagationStage
+
+    monitor = MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000,
+                              allowed_lateness_ms=1000, propagation="zk")
+    ref = local_engine(monitor)
+    for seq, ev in enumerate(events):
+        ref.submit(ev, seq)
+    ref.finish()
+    expected = [d.model_dump_json() for d in ref.take_decisions()
+                if d.type == "isr_propagation"]
+    batches: list = []
+    out = _bucket_outputs(monitor, events, buckets, cuts, batches)
+    assert not of_kind(out, "isr_propagation")
+    store, written = _Store(), []
+    for batch_id, batch in enumerate(batches):
+        stage = PropagationStage(store, several_policies=True)  # as after a restart
+        written += [r for r in stage.batch(batch_id, batch) if r.kind == "isr_propagation"]
+    def key(value: str) -> tuple:
+        d = json.loads(value)
+        return d["ts"], d["policy"], d["broker"]
+
+    assert sorted((r.value for r in written), key=key) == sorted(expected, key=key)

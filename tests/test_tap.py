@@ -138,6 +138,41 @@ def test_the_session_grain_writes_each_fetch_request_as_it_was_listed():
         [e for e in partition if e["type"] == "append"]
 
 
+def test_a_new_full_session_lets_out_a_request_whose_partition_it_no_longer_lists():
+    """A follower's fetcher starts a new session (sessionId 0, epoch 0, as the
+    real 4.4.0 captures show after a restart or a session error) that lists
+    only partition 0: partition 1 has left its fetch session (a full FETCH
+    lists all), so its read still waiting for its LEO (the next fetchOffset,
+    which will never come) is settled at once with its lower bound and the
+    request it belongs to goes out when the new session's first request is
+    read, not held until the tap ends (with -F: never)."""
+    full = _line(T0 + 1000, fetch_request(15, 2, 7, 0, 0, [_part(0, 10), _part(1, 20)]),
+                 fetch_response(15, 55, [{"partitionIndex": 0, "highWatermark": 10, "size": 0},
+                                         {"partitionIndex": 1, "highWatermark": 20, "size": 0}]))
+    moved = _line(T0 + 1500, fetch_request(15, 2, 7, 55, 1, [_part(1, 20)]),
+                  fetch_response(15, 55, [{"partitionIndex": 1, "highWatermark": 20,
+                                           "size": 300}]))
+    anew = _line(T0 + 2000, fetch_request(15, 2, 7, 0, 0, [_part(0, 10)]),
+                 fetch_response(15, 66, [{"partitionIndex": 0, "highWatermark": 10, "size": 0}]))
+    tap = RequestLogTap(1, topic_names=names().topic_name, grain="session")
+    read = [e for line in (full, moved, anew) for e in tap.feed(line)]
+    valid(read)
+    got = [(e["session_id"], e["session_epoch"], e["ts"] - T0,
+            [(p["partition"], p["fetch_offset"], p.get("leader_leo")) for p in e["partitions"]])
+           for e in read if e["type"] == "fetch_session"]
+    assert got == [(55, 0, 999, [(0, 10, 10), (1, 20, 20)]),
+                   (55, 1, 1499, [(1, 20, 21)]),  # at least one record was read: LEO >= 21
+                   (66, 0, 1999, [(0, 10, 10)])]
+    assert tap.finish() == [] and tap.pending == {}
+    assert tap.approximate["reads whose LEO is only a lower bound"] == 1
+    # The partition grain settles the same read the same way.
+    partition = RequestLogTap(1, topic_names=names().topic_name)
+    fetches = [e for line in (full, moved, anew) for e in partition.feed(line)
+               if e["type"] == "fetch"]
+    assert [(e["partition"], e["ts"] - T0, e["leader_leo"]) for e in fetches] == [
+        (0, 999, 10), (1, 999, 20), (0, 1499, 10), (1, 1499, 21), (0, 1999, 10)]
+
+
 def test_both_grains_decide_the_same_on_a_follower_outage(tmp_path):
     outage = follower_outage(T0, seconds=70)
     out = {}

@@ -150,12 +150,8 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
                  stages: Stages) -> int:
     from confluent_kafka import Producer
 
+    from isr.commands.demo_kafka import SparkStart
     from isr.pipeline.streaming import StreamingPipeline
-    from isr.stream.job import spark_session
-    from isr.stream.jvm import QUICK_START_JVM
-    from isr.stream.running import quiet_failures
-
-    os.environ.setdefault("ISR_SPARK_JAVA_OPTIONS", QUICK_START_JVM)  # the first change sooner
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     settings: Settings = load_settings(config, DEMO_OVERRIDES + list(overrides) + [
@@ -177,18 +173,38 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
                  f"{fault.what}")
     stages.print("starting Spark (15-30 s, more on a busy machine)... Ctrl-C stops everything")
     try:
-        spark = spark_session(settings, settings.stream.master)
-        quiet_failures(spark)
+        # In a thread, as the real-cluster demo's: a SIGTERM meanwhile ends the
+        # demo at once instead of after Spark's start (a minute when busy).
+        spark = SparkStart(settings).begin().session(stop)
+        if spark is None:
+            stages.print("stopping (Spark was still starting)...")
+            return 0
         signal.signal(signal.SIGINT, lambda *_: stop.set())  # after Spark's own handler
         stages.stage(f"Spark started ({settings.stream.master}); the job reads [cyan]{topic}[/] "
                      f"and writes decisions to [cyan]{settings.output.changes_topic}[/]")
         with StreamingPipeline(settings) as pipeline:
-            return _show_changes(pipeline.start(spark), settings, broker.bootstrap, duration,
-                                 stop, stages, fault.due)
+            query = start_query(pipeline, spark, stop, stages)
+            if query is None:
+                return 0
+            return _show_changes(query, settings, broker.bootstrap, duration, stop, stages,
+                                 fault.due)
     finally:
         stop.set()
         producer.flush(5)
         gen.join(timeout=5)
+
+
+def start_query(pipeline, spark, stop: threading.Event, stages: Stages):
+    """The job's query, or None if a stop came while Spark planned it (its
+    source's schema comes from a Python worker: up to a minute on a busy
+    machine, and no signal cuts it short): the demo then ends at once."""
+    from isr.signals import Stopped
+
+    try:
+        return pipeline.start(spark, stop=stop.is_set)
+    except Stopped:
+        stages.print("stopping (Spark was still planning the job's query)...")
+        return None
 
 
 def _show_changes(query, settings: Settings, bootstrap: str, duration: Optional[float],
@@ -231,7 +247,7 @@ def _show_changes(query, settings: Settings, bootstrap: str, duration: Optional[
         stages.print(f"stopping ({shown} ISR changes shown)...")
         consumer.close()
         query.stop()
-    return 0 if shown or not duration else 3
+    return 0 if shown or not duration or stop.is_set() else 3
 
 
 def add_parser(sub) -> None:

@@ -21,7 +21,7 @@ import time
 from typing import Optional
 
 from isr.config import Settings, load_settings
-from isr.commands.demo import Stages, _show_changes
+from isr.commands.demo import Stages, _show_changes, start_query
 
 FALL_BACK = -1000   # run_kafka_demo: Maven Central unreachable, use the embedded path
 PAUSED = 3          # the broker the demo pauses; the monitor's topics are on the others
@@ -238,8 +238,11 @@ def _with_cluster(cluster, settings: Settings, spark_start: SparkStart,
         stages.stage(f"Spark started ({settings.stream.master}); the job reads [cyan]{topic}[/] "
                      f"and writes decisions to [cyan]{settings.output.changes_topic}[/]")
         with StreamingPipeline(settings) as pipeline:
-            return _show_changes(pipeline.start(spark), settings, cluster.bootstrap, duration,
-                                 stop, stages, due, partitions=parts)
+            query = start_query(pipeline, spark, stop, stages)
+            if query is None:
+                return 0
+            return _show_changes(query, settings, cluster.bootstrap, duration, stop, stages,
+                                 due, partitions=parts)
     finally:
         stop.set()
         for t in threads:

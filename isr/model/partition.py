@@ -330,10 +330,19 @@ class PartitionModel:
         if ev.leader not in isr:
             isr.insert(0, ev.leader)  # the leader is always a member
         if new_epoch:
-            self.leader_epoch_start_offset = ev.leader_epoch_start_offset
-            self.leader_leo = ev.leader_epoch_start_offset
+            # The epoch it was bootstrapped in: no reset happened in Kafka, the
+            # leader's LEO and the followers' fetches seen in it stand (else a
+            # follower re-admitted as "never caught up" is shrunk at once).
+            seen = self.bootstrap and (ev.leader, ev.leader_epoch) == (self.leader,
+                                                                      self.leader_epoch)
+            start = ev.leader_epoch_start_offset
+            self.leader_epoch_start_offset = start
+            self.leader_leo = max(self.leader_leo, start) if seen else start
             self.hw = ev.hw if ev.hw is not None else min(self.hw, self.leader_leo)
-            self.followers = self._reset_followers(ev, isr, new_leader=ev.leader != self.leader)
+            followers = self._reset_followers(ev, isr, new_leader=ev.leader != self.leader)
+            if seen:
+                followers.update((r, f) for r, f in self.followers.items() if r in followers)
+            self.followers = followers
         else:
             old = self.followers
             self.followers = {r: old.get(r) or Follower() for r in ev.replicas if r != ev.leader}

@@ -140,7 +140,9 @@ def describe_out_of_sync(rules: Rules, replica: int, f: Follower, leader_leo: in
             return (f"replica {replica}: {leader_leo - f.leo} messages behind > "
                     f"{rules.replica_lag_max_messages} (leo {f.leo}, leader_leo {leader_leo})")
         return (f"replica {replica}: no fetch for {now - f.last_fetch_ts} ms > {lag} ms")
-    text = f"replica {replica}: lag {now - f.last_caught_up_ts} ms > {lag} ms"
+    text = (f"replica {replica}: lag {now - f.last_caught_up_ts} ms > {lag} ms"
+            if f.last_caught_up_ts > 0 else  # Kafka's lastCaughtUpTimeMs 0: not a time
+            f"replica {replica}: never caught up in this leader epoch")
     if rules.policy != KIP16:
         text += f"; leo {f.leo} != leader_leo {leader_leo}"
     return text

@@ -12,12 +12,14 @@ from isr.engine.local import LocalEngine
 from isr.engine.propagation import ZkPropagation
 
 
-def standard_listeners(monitor: MonitorSettings) -> list[Listener]:
-    """The alert rules, and the ZooKeeper-era propagation stage in `zk` mode."""
+def standard_listeners(monitor: MonitorSettings, propagation: bool = True) -> list[Listener]:
+    """The alert rules, and the ZooKeeper-era propagation stage in `zk` mode
+    (`propagation=False`: not here; the Spark job runs it per leader on the
+    driver, across its buckets: stream/propagation.py)."""
     listeners: list[Listener] = []
     if monitor.alerts.enabled:
         listeners.append(AlertListener(monitor.alerts, monitor.replica_lag_time_max_ms))
-    if monitor.propagation == "zk":
+    if propagation and monitor.propagation == "zk":
         listeners.append(ZkPropagation())
     return listeners
 

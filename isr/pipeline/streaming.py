@@ -13,7 +13,8 @@ from isr.config import Settings
 from isr.pipeline.sinks import Outputs, configured_sinks
 from isr.sinks.base import Sink
 from isr.stream import job
-from isr.stream.running import run_until_stopped
+from isr.signals import Stopped, call_until
+from isr.stream.running import quiet_py4j, run_until_stopped
 
 
 class StreamingPipeline:
@@ -34,14 +35,32 @@ class StreamingPipeline:
         self.query = None
         self._closed = False
 
-    def start(self, spark=None, trigger: Optional[dict] = None, master: Optional[str] = None):
-        """Start the query (a new session on `master` if no `spark` is given)."""
+    def start(self, spark=None, trigger: Optional[dict] = None, master: Optional[str] = None,
+              stop: Optional[Callable[[], bool]] = None):
+        """Start the query (a new session on `master` if no `spark` is given).
+        `stop`: a stop flag (a command whose SIGTERM handler only sets one):
+        planning the query waits for it too, and raises signals.Stopped if it
+        comes first; the query the planning may still start is stopped."""
         settings = self.settings
         spark = spark or job.spark_session(settings, master)
         self.outputs.open(settings, lambda on_progress: watch_progress(
             spark, settings.stream.query_name, on_progress))
-        self.query = job.start(spark, settings, self.outputs.write_batch, trigger=trigger,
-                               partition_metrics=self.outputs.wants_partition_metrics)
+
+        def plan():
+            query = job.start(spark, settings, self.outputs.write_batch, trigger=trigger,
+                              partition_metrics=self.outputs.wants_partition_metrics)
+            if self._closed:  # given up meanwhile: no batch may reach a closed sink
+                query.stop()
+            return query
+
+        if stop is None:
+            self.query = plan()
+        else:
+            try:
+                self.query = call_until(plan, stop, "isr-query-start")
+            except Stopped:
+                quiet_py4j()  # its calls fail as the process ends: not the user's concern
+                raise
         self.outputs.started(self.query.id)  # the checkpoint's id: the same across restarts
         return self.query
 

@@ -5,7 +5,8 @@ decisions out (to Kafka, or to any `write_batch(batch_id, records)` sink).
     (built-in `kafka` or a file source: key, value, topic, partition, offset
       -> mapInArrow: decode, judge, pack per bucket (Arrow IPC)     [packing.py])
       -> groupBy(bucket).applyInPandasWithState(LocalEngine)        [operator.py]
-      -> foreachBatch -> write_batch(batch_id, records): the sinks  [pipeline/streaming.py]
+      -> foreachBatch -> (ZooKeeper-era propagation, per leader)   [propagation.py]
+                      -> write_batch(batch_id, records): the sinks  [pipeline/streaming.py]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from isr.config import Settings
 from isr.contract.records import SPARK_SCHEMA, OutputRecord
 from isr.stream.operator import STATE_SCHEMA, make_state_function
 from isr.stream.packing import PACKED_SCHEMA, make_packer
+from isr.stream.propagation import HadoopStore, PropagationStage
 from isr.stream.buckets import AUTO, SHUFFLE_PARTITIONS, resolve
 from isr.stream.partitioning import bucket_labels
 
@@ -213,9 +215,13 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
         packed_df = packed(read_source(spark, settings) if source_df is None else source_df,
                            settings, live)
     out = decisions_stream(packed_df, settings, partition_metrics, checkpoint)
+    stage = None
+    if settings.monitor.propagation == "zk":  # per leader, across buckets: on the driver
+        stage = PropagationStage(HadoopStore(spark, checkpoint), len(settings.monitor.policy) > 1)
 
     def each_batch(df, batch_id: int) -> None:
-        write_batch(batch_id, [OutputRecord(*r) for r in df.collect()])
+        records = [OutputRecord(*r) for r in df.collect()]
+        write_batch(batch_id, records if stage is None else stage.batch(batch_id, records))
 
     trigger = trigger or {"processingTime": settings.stream.trigger_interval}
     return (out.writeStream.foreachBatch(each_batch)

@@ -111,7 +111,7 @@ class BucketProcessor:
         `snapshot_blob`, an engine snapshot without its queue). `layout`
         (index, buckets) must be the one the state was saved with."""
         touched = StateThrottle(self.state_interval_ms)
-        listeners = standard_listeners(self.monitor) + [touched]
+        listeners = standard_listeners(self.monitor, propagation=False) + [touched]
         if blob is None and snapshot_blob is not None:
             try:
                 engine = snapshot.restore(self.monitor, snapshot_blob, listeners=listeners,

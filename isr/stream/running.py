@@ -54,6 +54,14 @@ def stopping_our_jvm() -> Iterator[None]:
         root.removeFilter(_interrupt_noise)
 
 
+def quiet_py4j() -> None:
+    """The run is ending with Py4J calls still under way (a query being
+    planned): their failures as the JVM goes are logged by py4j and pyspark
+    with tracebacks; nothing in them is for the user."""
+    for name in ("py4j", "pyspark"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
 def _interrupt_noise(record: logging.LogRecord) -> bool:
     """py4j logs an interrupted call with its traceback on the root logger:
     a stop, not an error."""

@@ -74,6 +74,7 @@ class Wanted:
 class Session:
     replica: int
     parts: dict[tuple[str, int], Wanted] = field(default_factory=dict)
+    session_id: int = 0
 
 
 @dataclass
@@ -115,6 +116,9 @@ class RequestLogTap(Log4jTap):
         self.unknown_id_lines = 0  # FETCH lines with a topic id without a name
         self._unknown_on_line = False
         self.sessions: dict[int, Session] = {}
+        # Each follower fetcher thread (replica, clientId "broker-2-fetcher-0")
+        # has one session at a time: its latest, sessionless ones included.
+        self.fetchers: dict[tuple[int, str], Session] = {}
         self.pending: dict[tuple[int, str, int], Pending] = {}
         self.leo: dict[tuple[str, int], int] = {}  # highest LEO sent in an append
         # the last appends' (ts, leader epoch, LEO): what the leader had at a time
@@ -173,7 +177,8 @@ class RequestLogTap(Log4jTap):
         if response.get("errorCode", 0) != 0:
             return self.skip(f"FETCH error {response['errorCode']}")
         out: list[dict] = []
-        session, sid, forgotten = self._session(replica, request, response, out)
+        fetcher = (replica, desc["requestHeader"].get("clientId", ""))
+        session, sid, forgotten = self._session(fetcher, request, response, out)
         arrival = line_ts - desc["totalTimeMs"] + desc["requestQueueTimeMs"]
         received = int(round(arrival))
         read_ts = max(received, int(round(arrival + desc["localTimeMs"])))
@@ -284,26 +289,30 @@ class RequestLogTap(Log4jTap):
         held.event["partitions"] = parts
         out.append(held.event)
 
-    def _session(self, replica: int, request: dict, response: dict,
+    def _session(self, fetcher: tuple[int, str], request: dict, response: dict,
                  out: list) -> tuple[Session, int, list[tuple[str, int]]]:
         """The fetch session after this request (KIP-227, FetchSession.scala),
         its id (a new session's is the response's) and the partitions it
         forgot; reads of those are settled into `out`."""
+        replica = fetcher[0]
         epoch = request.get("sessionEpoch", FINAL_EPOCH)
         sid = request.get("sessionId", 0)
         forgotten: list[tuple[str, int]] = []
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch: the list is all
             self.sessions.pop(sid, None)
+            self._replaced(self.fetchers.get(fetcher), request, out)
             session = Session(replica)
             new_id = response.get("sessionId", 0)
             sid = new_id if epoch == INITIAL_EPOCH else 0
             if epoch == INITIAL_EPOCH and new_id:
                 self.sessions[new_id] = session
+                session.session_id = new_id
         else:
             session = self.sessions.get(sid)
             if session is None:  # the tap started inside it: learn as it goes
                 self.approximate["incremental FETCH of a session begun before the tap"] += 1
-                session = self.sessions[sid] = Session(replica)
+                session = self.sessions[sid] = Session(replica, session_id=sid)
+        self.fetchers[fetcher] = session
         for topic in request.get("forgottenTopicsData", ()):
             name = self._name(topic)
             for p in topic["partitions"]:
@@ -321,6 +330,24 @@ class RequestLogTap(Log4jTap):
                     p["fetchOffset"], p.get("currentLeaderEpoch", -1),
                     p.get("partitionMaxBytes", 2**31 - 1), p.get("logStartOffset"))
         return session, sid, forgotten
+
+    def _replaced(self, old: Optional[Session], request: dict, out: list) -> None:
+        """A full FETCH starts the fetcher's session anew (a new session id,
+        often sessionId 0 after an error: the old id is not named): it lists
+        every partition the follower still fetches from this leader, so a
+        partition of the old session it does not list has left it, as if
+        forgotten. Its read still waiting for its LEO (the next fetchOffset,
+        which will not come) is settled now with its lower bound, so the
+        request it belongs to is not held back."""
+        if old is None:
+            return
+        if self.sessions.get(old.session_id) is old:
+            del self.sessions[old.session_id]
+        listed = {(self._name(t), p["partition"]) for t in request.get("topics", ())
+                  for p in t["partitions"]}
+        for tp in old.parts:
+            if tp not in listed:
+                self._resolve((old.replica, *tp), None, out)
 
     def _name(self, topic: dict) -> Optional[str]:
         if "topic" in topic:  # v0-12

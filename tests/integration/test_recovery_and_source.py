@@ -206,6 +206,50 @@ def test_demo_shows_its_stages_then_isr_changes_without_spark_warnings(tmp_path)
     assert not list(tmp_path.glob("isr-demo-*")), out
 
 
+def test_demo_stopped_by_sigterm_while_spark_plans_its_query_ends_at_once_and_quietly(tmp_path):
+    """SIGTERM right after `[3/4] Spark started`, while Spark plans the job's
+    query (its Python source's schema comes from a worker: seconds, a minute
+    on a busy machine, and no signal cuts it short): the demo ends within
+    seconds, exit code 0, with no Python or Py4J traceback on the terminal
+    (it once waited for the planning and printed Py4J's)."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, TMPDIR=str(tmp_path))
+    env.pop("ISR_SPARK_LOG_LEVEL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "isr.cli", "demo", "--cluster", "embedded", "--duration", "300",
+         "--broker-port", str(DEMO_PORT), "--set", f"metrics.port={DEMO_PORT + 1}"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    lines, seen = _lines_of(proc), []
+    errors: list[str] = []
+    threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 300
+        while not any(ln.startswith("[3/4]") for ln in seen) and time.monotonic() < deadline:
+            try:
+                seen.append(lines.get(timeout=1))
+            except queue.Empty:
+                assert proc.poll() is None, "".join(seen)[-3000:]
+        assert any(ln.startswith("[3/4]") for ln in seen), "".join(seen)[-3000:]
+        time.sleep(0.3)  # the query is being planned
+        proc.send_signal(signal.SIGTERM)  # a service manager's stop: the demo's process only
+        stopping = time.monotonic()
+        code = proc.wait(timeout=60)
+        stop_s = time.monotonic() - stopping
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    time.sleep(2)  # what Spark's JVM and its workers print as they go
+    while not lines.empty():
+        seen.append(lines.get())
+    out, err = "".join(seen), "".join(errors)
+    assert code == 0, out + err
+    assert "Traceback" not in out + err and "py4j" not in (out + err).lower(), out + err
+    assert "stopping" in out, out
+    assert stop_s < 15, f"SIGTERM took {stop_s:.0f} s"
+    assert not list(tmp_path.glob("isr-demo-*")), out
+
+
 def _lines_of(proc) -> "queue.Queue[str]":
     lines: "queue.Queue[str]" = queue.Queue()
     threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()

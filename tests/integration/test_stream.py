@@ -411,3 +411,69 @@ def test_the_job_applies_fetch_sessions_across_a_restart_from_its_checkpoint(
               for st in records(broker, s.output.state_topic)}
     assert latest == {(m.rules.policy, m.topic, m.partition): json.loads(m.view().model_dump_json())
                       for m in engine.models()}
+
+
+# ---------------------------------------------------------------- ZooKeeper-era propagation
+def _zk_lines() -> list[bytes]:
+    """Leader 1 leads orders-0..5 (3 buckets hold them); follower 3 stops
+    fetching them at +1 s to +4.5 s (a partition per 700 ms) and resumes at
+    +30 s: per policy six shrinks, then six expands, of one leader."""
+    t0, lines = workload.T0, []
+    for p in range(6):
+        lines.append({"v": 1, "type": "leader", "ts": t0, "topic": "orders", "partition": p,
+                      "leader": 1, "leader_epoch": 1, "replicas": [1, 2, 3], "isr": [1, 2, 3],
+                      "leader_epoch_start_offset": 0})
+    for t in range(t0 + 500, t0 + 60_000, 500):
+        for p in range(6):
+            base = {"v": 1, "topic": "orders", "partition": p, "leader": 1, "leader_epoch": 1}
+            leo = (t - t0) // 100
+            lines.append({**base, "type": "append", "ts": t, "leader_leo": leo})
+            for r in (2, 3):
+                if r == 3 and t0 + 1000 + 700 * p <= t < t0 + 30_000:
+                    continue
+                lines.append({**base, "type": "fetch", "ts": t + 1, "replica": r,
+                              "fetch_offset": leo, "leader_leo": leo})
+    lines.sort(key=lambda e: e["ts"])
+    return [orjson.dumps(e) for e in lines]
+
+
+@pytest.mark.parametrize("limit", [400, 3000])
+def test_replay_engine_spark_propagates_per_leader_across_buckets_as_local_does(
+        spark, tmp_path, limit):
+    """`monitor.propagation = "zk"`, 3 buckets: one leader's changed
+    partitions lie in every bucket, yet the job writes one isr_propagation per
+    leader batch, at the times and with the partitions `isr replay` writes,
+    whatever the micro-batches (the stage's state carried between them)."""
+    path = tmp_path / "zk.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in _zk_lines()))
+    opts = BASE + ["monitor.propagation=zk", "monitor.policy=" + ",".join(POLICIES),
+                   "stream.state_buckets=3"]
+    assert {bucket_of("default", "orders", p, 3) for p in range(6)} == {0, 1, 2}
+    local = replay([str(path)], load_settings(None, opts).monitor)
+    remote = replay_spark([str(path)], load_settings(None, opts), spark=spark,
+                          max_offsets_per_trigger=limit)
+    dump = lambda rs: "".join(r.model_dump_json() + "\n" for r in rs)  # noqa: E731
+    assert dump(remote.decisions) == dump(local.decisions)
+    propagated = [d for d in local.decisions if d.type == "isr_propagation"]
+    # Per policy: the six shrinks in one record, the six expands in another.
+    assert len(propagated) == 2 * len(POLICIES)
+    assert all(len(p.partitions) == 6 for p in propagated)
+
+
+def test_the_propagation_state_is_kept_per_batch_in_the_checkpoint(spark, tmp_path):
+    """The driver stage's state store (Hadoop's file system, here a local
+    checkpoint): a batch run again after a restart reads the state of the
+    batch before it, a batch's state written again replaces it, the last 10
+    are kept."""
+    from isr.stream.propagation import KEEP, STATE_DIR, HadoopStore
+
+    store = HadoopStore(spark, str(tmp_path / "checkpoint"))
+    assert store.latest_before(0) is None  # a new checkpoint
+    for batch_id in range(15):
+        store.save(batch_id, f"[{batch_id}]")
+    store.save(14, "[14, 'again']")
+    restarted = HadoopStore(spark, f"file://{tmp_path}/checkpoint/")
+    assert restarted.latest_before(15) == "[14, 'again']"
+    assert restarted.latest_before(14) == "[13]"
+    assert sorted(p.name for p in (tmp_path / "checkpoint" / STATE_DIR).iterdir()
+                  if not p.name.startswith(".")) == sorted(str(i) for i in range(15 - KEEP, 15))
