@@ -217,10 +217,13 @@ def test_a_snapshot_and_its_deltas_restore_an_engine_that_decides_the_same(event
             log.append(snapshot.delta(engine))
         if rng.random() < 0.5:  # another worker: rebuilt from the row (its queue: chunks)
             queued = snapshot.queued_raw(engine)
-            engine = snapshot.restore(monitor, snap, listeners=standard_listeners(monitor),
+            # The deltas' models folded into the snapshot first (as statelog's
+            # rebuild does), or applied one delta after the other.
+            snap_, log_ = snapshot.fold_log(snap, log) if rng.random() < 0.5 else (snap, log)
+            engine = snapshot.restore(monitor, snap_, listeners=standard_listeners(monitor),
                                       external_watermark=True, queued=queued,
                                       deadline_index=deadline_index)
-            for entry in log:
+            for entry in log_:
                 snapshot.apply_delta(engine, entry)
             snapshot.clear_changes(engine)
         start = end
@@ -233,9 +236,11 @@ def test_a_snapshot_and_its_deltas_restore_an_engine_that_decides_the_same(event
         s.model_dump_json() for s in ref.states()]
 
 
-def test_a_batch_that_touches_few_partitions_logs_only_those():
+@pytest.mark.parametrize("rebuilt", [False, True])
+def test_a_batch_that_touches_few_partitions_logs_only_those(rebuilt):
     """Checks run for every partition every batch, but only models, watches
-    and throttle entries that changed are logged."""
+    and throttle entries that changed are logged; also by an engine the
+    worker rebuilt from the row for this batch (`rebuilt`)."""
     events = workload(partitions=50, seconds=20)
     p = BucketProcessor(MONITOR)
     state = State()
@@ -253,6 +258,8 @@ def test_a_batch_that_touches_few_partitions_logs_only_those():
         _call(p, LAYOUT, iter(rows(values, first)), state, ("few",))
         first += len(values)
     before = len(statelog._CACHE[key].log)
+    if rebuilt:
+        statelog._CACHE.clear()
     _call(p, LAYOUT, iter(rows([append(23500)], first)), state, ("few",))  # releases 22000
     stored = statelog._CACHE[key]
     assert len(stored.log) == before + 1  # a delta, not a new snapshot

@@ -75,9 +75,10 @@ def restore(monitor: MonitorSettings, blob: bytes,
             external_watermark: bool = False, listeners=(),
             queued: Optional[list[tuple]] = None, deadline_index: bool = True) -> LocalEngine:
     """`queued`: the queue kept apart (`queued_raw`), if the snapshot was
-    taken without it; its events are decoded when released.
+    taken without it; its events are decoded when released. `blob` may also
+    be a snapshot already decoded (`fold_log`).
     `deadline_index`: as LocalEngine's."""
-    data = orjson.loads(blob)
+    data = orjson.loads(blob) if isinstance(blob, (bytes, bytearray, memoryview)) else blob
     if data.get("v") != VERSION:
         raise StateVersionError(
             f"engine state version {data.get('v')} is not {VERSION}: it was written by "
@@ -154,11 +155,42 @@ def clear_changes(engine: LocalEngine) -> None:
             listener.state_delta()
 
 
-def apply_delta(engine: LocalEngine, blob: bytes) -> None:
-    """Apply one `delta` to an engine restored from the snapshot before it."""
+def fold_log(blob: bytes, deltas: list) -> tuple[dict, list]:
+    """A snapshot and the deltas logged after it, decoded, with the deltas'
+    models folded into the snapshot's rows: restore(folded) then each
+    apply_delta(folded delta) builds each model once, from its last row,
+    where restore then apply_delta would build a changed model once per
+    delta too. The same engine either way: a delta's model takes the place
+    of the one it replaces in the visiting order (LocalEngine.adopt), or
+    comes last if new, which is what a row folded in place (or added last)
+    gives; and every model is indexed afresh at the restore either way."""
+    data = orjson.loads(blob)
+    decoded = [orjson.loads(entry) for entry in deltas]
+    if data.get("v") != VERSION or any(d.get("v") != VERSION for d in decoded):
+        return data, decoded  # restore or apply_delta says which version it is
+    partitions = data["partitions"]
+    for d in decoded:
+        for policy in [p for p in d["partitions"] if p in partitions]:
+            rows = d["partitions"].pop(policy)  # a policy not in the snapshot stays: refused
+            held = partitions[policy]
+            if not isinstance(held, dict):
+                # Keyed as PartitionModel.key: (cluster, topic, partition), the
+                # row's fields 1 to 3 (PartitionModel.to_list).
+                held = partitions[policy] = {(r[1], r[2], r[3]): r for r in held}
+            for r in rows:
+                held[(r[1], r[2], r[3])] = r
+    for policy, held in partitions.items():
+        if isinstance(held, dict):
+            partitions[policy] = list(held.values())
+    return data, decoded
+
+
+def apply_delta(engine: LocalEngine, blob) -> None:
+    """Apply one `delta` (or one decoded by `fold_log`) to an engine
+    restored from the snapshot before it."""
     from isr.model.session import Session
 
-    data = orjson.loads(blob)
+    data = orjson.loads(blob) if isinstance(blob, (bytes, bytearray, memoryview)) else blob
     if data.get("v") != VERSION:
         raise StateVersionError(f"engine state version {data.get('v')} is not {VERSION}")
     for policy, rows in data["partitions"].items():

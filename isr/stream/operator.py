@@ -106,9 +106,10 @@ class BucketProcessor:
         self.partition_metrics = partition_metrics
 
     def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None,
-                snapshot_blob: Optional[bytes] = None) -> Bucket:
+                snapshot_blob=None) -> Bucket:
         """A bucket from its layout-1 state (None: a new one, or the one of
-        `snapshot_blob`, an engine snapshot without its queue). `layout`
+        `snapshot_blob`, an engine snapshot without its queue, as bytes or as
+        snapshot.fold_log decoded it). `layout`
         (index, buckets) must be the one the state was saved with."""
         touched = StateThrottle(self.state_interval_ms)
         listeners = standard_listeners(self.monitor, propagation=False) + [touched]
