@@ -57,13 +57,21 @@ def bench_stateful(args) -> None:
     # The workers' engine cache (isr/stream/statelog.py) logs each bucket's hit or miss.
     cache_log = os.environ["ISR_STATE_CACHE_LOG"] = os.path.join(work, "cache.log")
     with open(path, "wb") as f:
-        for ev in stream(args.partitions, args.events, round_ms=args.round_ms):
-            f.write(orjson.dumps(ev) + b"\n")
+        if args.active is not None:  # bench_statelog's shape: a share of partitions per second
+            from bench_statelog import batches
+            per_round = 3 * max(1, int(args.active * args.partitions))
+            for batch in batches(args.partitions, args.active, max(1, args.events // per_round)):
+                f.writelines(ev + b"\n" for ev in batch)
+        else:
+            for ev in stream(args.partitions, args.events, round_ms=args.round_ms):
+                f.write(orjson.dumps(ev) + b"\n")
     settings = load_settings(None, [f"stream.state_buckets={args.buckets}",
                                     f"stream.state_store={args.state_store}",
                                     f"monitor.allowed_lateness_ms={args.lateness or 5000}",
                                     f"monitor.alerts.enabled={str(not args.no_alerts).lower()}"])
     spark = spark_session(settings, args.master, "isr-bench")
+    if args.own_pool:
+        _own_worker_pool(spark)
     spark.dataSource.register(LinesDataSource)
     reader = (spark.readStream.format("isr_lines").option("paths", json.dumps([path]))
               .option("end_ts", "0").option("maxOffsetsPerTrigger", str(args.batch)))
@@ -78,6 +86,7 @@ def bench_stateful(args) -> None:
               **source)
     q.awaitTermination()
     wall = time.perf_counter() - started
+    cpu = _tree_cpu_seconds()
     rate, batches = _progress_rate(q)
     if os.environ.get("ISR_BENCH_VERBOSE"):
         for p in q.recentProgress:
@@ -92,6 +101,9 @@ def bench_stateful(args) -> None:
           f"buckets, {batches} batches of <= {args.batch}: {rate:,.0f} events/s in warm "
           f"batches; {args.events / wall:,.0f} events/s over {wall:.1f} s incl. start-up; "
           f"{counts['rows']} output rows")
+    print(f"CPU of this process and its descendants still alive (JVM, Python workers): "
+          f"{cpu:.1f} s, {cpu * 1e6 / args.events:.1f} us per event; load average "
+          f"{os.getloadavg()[0]:.1f}")
     if os.path.exists(cache_log):
         with open(cache_log) as f:
             loads = [line.split() for line in f]
@@ -104,6 +116,53 @@ def bench_stateful(args) -> None:
         print(f"state store on disk after the run: {state_bytes / args.partitions:,.0f} bytes "
               f"per partition ({args.state_store} store, all versions Spark keeps)")
     shutil.rmtree(work, ignore_errors=True)
+
+
+def _own_worker_pool(spark) -> None:
+    """The buckets' Python workers apart from the source's: Spark keeps one
+    pool of Python workers per (python, environment variables) of a function
+    (SparkEnv.createPythonWorker), so a variable set only while the stateful
+    function is made gives it its own pool (an experiment, issue 23)."""
+    from isr.stream import job
+
+    made = job.decisions_stream
+
+    def decisions_stream(*a, **kw):
+        env = spark.sparkContext.environment
+        env["ISR_WORKER_POOL"] = "buckets"
+        try:
+            return made(*a, **kw)
+        finally:
+            env.pop("ISR_WORKER_POOL", None)
+
+    job.decisions_stream = decisions_stream
+
+
+def _tree_cpu_seconds() -> float:
+    """utime + stime of this process and every live descendant (/proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parent_of, cpu = {}, {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent_of[int(pid)] = int(fields[1])
+        cpu[int(pid)] = (int(fields[11]) + int(fields[12])) / ticks
+    mine, total = {os.getpid()}, 0.0
+    changed = True
+    while changed:
+        changed = False
+        for pid, parent in parent_of.items():
+            if parent in mine and pid not in mine:
+                mine.add(pid)
+                changed = True
+    for pid in mine:
+        total += cpu.get(pid, 0.0)
+    return total
 
 
 def _state_bytes(checkpoint: str) -> int:
@@ -268,6 +327,12 @@ def main() -> None:
                     help="event time of one round over all partitions (gen.stream); "
                          "500 is a cluster whose followers fetch every partition every 500 ms")
     ap.add_argument("--no-alerts", action="store_true", help="monitor.alerts.enabled = false")
+    ap.add_argument("--active", type=float, default=None,
+                    help="stateful: one leader event per partition, then rounds 1 s apart "
+                         "of this share of the partitions (an append and 2 fetches each), "
+                         "as bench_statelog.py makes them")
+    ap.add_argument("--own-pool", action="store_true",
+                    help="stateful: the buckets' Python workers in a pool of their own")
     ap.add_argument("--pack-stage", action="store_true",
                     help="stateful: pack in a stage after the source (as before), not in its reader")
     args = ap.parse_args()

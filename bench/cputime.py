@@ -1,0 +1,64 @@
+"""CPU seconds of a command and every process it starts (the JVM, Python
+workers, daemons), for timings on a machine shared with other work, where
+wall-clock time says little.
+
+    python bench/cputime.py -- isr replay -q --no-state --engine spark events.jsonl
+
+Polls /proc every 0.2 s and keeps each process's last utime + stime, so a
+process that ends between two polls loses at most its last 0.2 s. Prints the
+total, and the load average at the end, on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+
+def _stats() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds) of every process readable now."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(pid)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
+    return out
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    started = time.perf_counter()
+    child = subprocess.Popen(argv)
+    mine, seen = {child.pid}, {}
+    while child.poll() is None:
+        stats = _stats()
+        grew = True
+        while grew:
+            grew = False
+            for pid, (parent, _cpu) in stats.items():
+                if parent in mine and pid not in mine:
+                    mine.add(pid)
+                    grew = True
+        for pid in mine:
+            if pid in stats:
+                seen[pid] = stats[pid][1]
+        time.sleep(0.2)
+    total = sum(seen.values())
+    print(f"cputime: {total:.1f} CPU s over {time.perf_counter() - started:.1f} s wall, "
+          f"{len(seen)} processes, load average {os.getloadavg()[0]:.1f}, exit {child.returncode}",
+          file=sys.stderr)
+    return child.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
