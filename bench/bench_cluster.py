@@ -42,14 +42,27 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+def task_ends(event_log: Path):
+    """The SparkListenerTaskEnd events of an application's event log: a file
+    of JSON lines, or (Spark 4's default) a directory of such files."""
+    files = sorted(event_log.glob("events_*")) if event_log.is_dir() else [event_log]
+    for path in files:
+        if path.suffix == ".zstd":  # spark.eventLog.compress (an earlier run's)
+            text = subprocess.run(["zstd", "-dc", str(path)], capture_output=True,
+                                  check=True).stdout.decode()
+        else:
+            text = path.read_text()
+        for line in text.splitlines():
+            ev = json.loads(line)
+            if ev.get("Event") == "SparkListenerTaskEnd":
+                yield ev
+
+
 def stateful_tasks(event_log: Path) -> list[dict]:
     """The tasks that read a shuffle (the buckets' stateful tasks: the only
-    shuffle of the job), from Spark's event log (one JSON event a line)."""
+    shuffle of the job)."""
     tasks = []
-    for line in event_log.read_text().splitlines():
-        ev = json.loads(line)
-        if ev.get("Event") != "SparkListenerTaskEnd":
-            continue
+    for ev in task_ends(event_log):
         metrics = ev.get("Task Metrics") or {}
         read = metrics.get("Shuffle Read Metrics") or {}
         if not (read.get("Remote Blocks Fetched", 0) + read.get("Local Blocks Fetched", 0)):
@@ -79,11 +92,9 @@ def report(event_log: Path) -> None:
             f"{(t['start'] - lo) / 1000:.1f}-{(t['end'] - lo) / 1000:.1f} s"
             for t in ts) + f"; tasks overlap {overlap / 1000:.1f} s of {(hi - lo) / 1000:.1f} s")
     cpu: dict[str, float] = defaultdict(float)
-    for line in event_log.read_text().splitlines():
-        ev = json.loads(line)
-        if ev.get("Event") == "SparkListenerTaskEnd":
-            cpu[ev["Task Info"]["Executor ID"]] += \
-                (ev.get("Task Metrics") or {}).get("Executor CPU Time", 0) / 1e9
+    for ev in task_ends(event_log):
+        cpu[ev["Task Info"]["Executor ID"]] += \
+            (ev.get("Task Metrics") or {}).get("Executor CPU Time", 0) / 1e9
     print(f"stateful stages on more than one executor: {both} of {len(by_stage)}; "
           "executors' task CPU (JVM): "
           + ", ".join(f"executor {e} {s:.1f} s" for e, s in sorted(cpu.items())))
@@ -99,7 +110,13 @@ def main() -> int:
     with StandaloneCluster(base, workers=args.workers) as cluster:
         # Executors run this checkout's code with this interpreter's packages.
         conf = cluster.conf() + ["--conf", f"spark.executorEnv.PYTHONPATH={HERE.parent}",
+                                 # The first batch waits for every executor, so
+                                 # the buckets' state is spread from the start
+                                 # (later batches run each bucket where its
+                                 # state is loaded: spark.locality.wait).
+                                 "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
                                  "--conf", "spark.eventLog.enabled=true",
+                                 "--conf", "spark.eventLog.compress=false",
                                  "--conf", f"spark.eventLog.dir={events.as_uri()}"]
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
                    PYTHONPATH=str(HERE.parent),
@@ -119,4 +136,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--report"]:  # an event log kept from an earlier run
+        sys.exit(report(Path(sys.argv[2])))
     sys.exit(main())

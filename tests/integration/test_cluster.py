@@ -28,10 +28,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def config_file(tmp_path: Path, broker, name: str, limit: int = 2000) -> Path:
+def config_file(tmp_path: Path, broker, name: str, limit: int = 2000,
+                source: str = "python") -> Path:
     """The job's configuration for one test: topics and a query of its own,
-    at most `limit` records per micro-batch."""
-    return workload.job_config(tmp_path, broker, name, f"{name}.in", limit=limit)
+    at most `limit` records per micro-batch; no metrics endpoint (its port is
+    one for the whole machine, and two of these jobs run at once)."""
+    path = workload.job_config(tmp_path, broker, name, f"{name}.in", limit=limit, source=source)
+    with open(path, "a") as f:
+        f.write("[metrics]\nenabled = false\n")
+    return path
 
 
 def submit_env(driver_python: Path, executor_python: Path, env: dict | None = None) -> dict:
@@ -258,8 +263,7 @@ def test_sparks_kafka_source_on_the_cluster_equals_replay(
     name = f"cl{uuid.uuid4().hex[:6]}"
     ensure_topics({"bootstrap.servers": kafka.bootstrap}, [f"{name}.in"], 2, 3)
     workload.produce(kafka.bootstrap, f"{name}.in", workload.lines())
-    config = workload.job_config(tmp_path, kafka, name, f"{name}.in", limit=2000,
-                                 source="kafka")
+    config = config_file(tmp_path, kafka, name, source="kafka")
     out = spark_submit(cluster, python_without_isr, python_without_isr,
                        ["--jars", ",".join(spark_kafka_jars), "--py-files", str(documented_wheel),
                         str(ROOT / "jobs/isr_monitor.py"), "--config", str(config),
