@@ -140,20 +140,41 @@ def run_commands(cluster, commands: list[str], workdir: Path, python: Path):
     return last
 
 
-@pytest.fixture(scope="module")
-def documented_wheel(spark_cluster, python_without_isr, tmp_path_factory) -> Path:
-    """The wheel the documented build command (the first of the wheel's
-    block) makes in a user's checkout: built once, shipped by every test."""
+@pytest.fixture(scope="session")
+def documented_build(tmp_path_factory):
+    """The documented build command (the first of the wheel's block), started
+    in a user's checkout before the cluster (the first test asks for it
+    first: pip builds while the master's and workers' JVMs start). Gives a
+    function that waits for it and returns the wheel."""
     build = documented_commands(0)[0]
     assert build == "pip wheel --no-deps . -w dist", build
     workdir = checkout_copy(tmp_path_factory.mktemp("build") / "repo")
-    run_commands(spark_cluster, [build], workdir, python_without_isr)
-    (path,) = (workdir / "dist").glob("isr_monitor-*.whl")
-    return path
+    log = workdir.parent / "build.log"
+    env = clean_env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["bash", "-c", build], cwd=workdir, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+
+    def wheel() -> Path:
+        assert proc.wait(timeout=600) == 0, f"{build}\n{log.read_text()[-3000:]}"
+        (path,) = (workdir / "dist").glob("isr_monitor-*.whl")
+        return path
+
+    yield wheel
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def documented_wheel(documented_build) -> Path:
+    """The wheel the documented build made: shipped by every test."""
+    return documented_build()
 
 
 def test_the_wheel_shipped_with_py_files_runs_on_executors_without_isr(
-        cluster, python_without_isr, broker, documented_wheel, replayed, tmp_path):
+        documented_build, cluster, python_without_isr, broker, documented_wheel, replayed,
+        tmp_path):
     name = f"cl{uuid.uuid4().hex[:6]}"
     input_topic(broker, name)
     build, *submit = documented_commands(0)  # the build: documented_wheel
