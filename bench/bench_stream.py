@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import multiprocessing
 import os
@@ -35,6 +36,7 @@ import orjson  # noqa: E402
 from gen import stream  # noqa: E402
 
 from isr.config import load_settings  # noqa: E402
+from isr.contract.records import INTERNAL_KINDS  # noqa: E402
 from isr.sinks.progress import input_records  # noqa: E402
 
 
@@ -80,8 +82,18 @@ def bench_stateful(args) -> None:
     else:
         source = {"packed_source": lambda s: packing_reader(reader, s, live=False).load()}
     counts = {"rows": 0}
+    # The decisions themselves, to compare runs: a digest of each kind's ids
+    # (the internal records are one per bucket per batch, so their count
+    # follows the buckets, not the input).
+    ids: dict[str, list[str]] = collections.defaultdict(list)
+
+    def collect(_batch_id, rows) -> None:
+        counts["rows"] += len(rows)
+        for r in rows:
+            ids[r.kind].append(r.id if r.kind not in INTERNAL_KINDS else "")
+
     started = time.perf_counter()
-    q = start(spark, settings, lambda _i, rows: counts.__setitem__("rows", counts["rows"] + len(rows)),
+    q = start(spark, settings, collect,
               trigger={"availableNow": True}, checkpoint=os.path.join(work, "ck"), live=False,
               **source)
     q.awaitTermination()
@@ -104,6 +116,9 @@ def bench_stateful(args) -> None:
     print(f"CPU of this process and its descendants still alive (JVM, Python workers): "
           f"{cpu:.1f} s, {cpu * 1e6 / args.events:.1f} us per event; load average "
           f"{os.getloadavg()[0]:.1f}")
+    print("output rows by kind: " + ", ".join(
+        f"{k} {len(v)}" + ("" if k in INTERNAL_KINDS else f" ({_digest(v)})")
+        for k, v in sorted(ids.items())))
     if os.path.exists(cache_log):
         with open(cache_log) as f:
             loads = [line.split() for line in f]
@@ -163,6 +178,11 @@ def _tree_cpu_seconds() -> float:
     for pid in mine:
         total += cpu.get(pid, 0.0)
     return total
+
+
+def _digest(ids: list[str]) -> str:
+    """The same decisions, in whatever order and batches: the same digest."""
+    return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:12]
 
 
 def _state_bytes(checkpoint: str) -> int:

@@ -162,6 +162,13 @@ class StandaloneCluster:
         self.add_worker(i)
         self.wait_workers(registered + 1)
 
+    def ensure_workers(self) -> None:
+        """Every worker up again (a test before killed one): paid only by a
+        test that follows the kill, not by the kill's own test."""
+        for w in list(self.workers):
+            if w.proc.poll() is not None:
+                self.restart_worker(w.index)
+
     def _registered(self) -> int:
         return (self.base / "master.log").read_text(errors="replace").count("Registering worker")
 
