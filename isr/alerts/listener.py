@@ -53,6 +53,14 @@ class AlertListener(Listener):
         else:  # ignored or rejected
             self.evaluator.after_ignored(w, model, event.ts, out)
 
+    def on_fetch(self, model, replica: int, ts: int, fetch_ts: int, outcome, out: list) -> None:
+        w = model.watch or self._watch(model)
+        self.dirty[id(w)] = w
+        if outcome is None:
+            self.evaluator.after_fetch(w, model, replica, ts, fetch_ts, out)
+        else:  # ignored or rejected
+            self.evaluator.after_ignored(w, model, ts, out)
+
     def on_broker(self, model, event, out: list) -> None:
         # A broker leaving can leave the partition leaderless with no ISR
         # change (the model's controller_removal).

@@ -79,6 +79,10 @@ class LocalEngine:
         self._on_advance = hooks(self.listeners, "on_advance")
         self._on_change = hooks(self.listeners, "on_change")
         self._on_event = hooks(self.listeners, "on_event")
+        self._on_fetch = hooks(self.listeners, "on_fetch")
+        # A fetch can be applied as its values (apply_fetch) when every
+        # listener that hears events hears fetches that way too.
+        self.fetch_values = len(self._on_fetch) == len(self._on_event)
         self._on_broker_hooks = hooks(self.listeners, "on_broker")
         self._on_time = hooks(self.listeners, "on_time")
         # Fetch sessions (sessions.py): what a listener needs of the fetches
@@ -232,6 +236,33 @@ class LocalEngine:
             self._dispatch(model)
         for hook in self._on_event:
             hook(model, event, result, out)
+        return result
+
+    def apply_fetch(self, model: PartitionModel, replica: int, leader: int, leader_epoch: int,
+                    ts: int, fetch_ts: int, fetch_offset: int, leader_leo: int,
+                    broker_epoch: int, brokers: Brokers):
+        """`_apply_to_model(model, fetch, brokers, catch_up=False)` for a fetch
+        given as its values (`fetch_values` must hold): a session's fetch of
+        a partition (sessions.py), without building the event."""
+        scratch, out = self._scratch, self.decisions
+        if ts <= self.reached:
+            self._settle(model)
+        if not model.due_dirty:  # deadlines.touch, inline
+            model.due_dirty = True
+            self.deadlines.dirty.append(model)
+        self.dirty[id(model)] = model
+        if ts > model.next_check:  # else no check instant lies before ts
+            model.advance(ts, False, brokers, scratch)
+            if scratch:
+                self._dispatch(model)
+        for hook in self._on_advance:
+            hook(model, ts, False, out)
+        result = model.apply_fetch(replica, leader, leader_epoch, ts, fetch_ts, fetch_offset,
+                                   leader_leo, broker_epoch, brokers, scratch)
+        if scratch:
+            self._dispatch(model)
+        for hook in self._on_fetch:
+            hook(model, replica, ts, fetch_ts, result, out)
         return result
 
     def _advance(self, model: PartitionModel, until: int, inclusive: bool,

@@ -327,12 +327,22 @@ class SessionDriver:
         if held is None:
             return
         self.exact_fetches += 1
-        fetch = expanded_fetch(m.cluster, session, m.topic, m.partition, held[0], held[1], None,
-                               m.leader_leo, session.entry(pos))
+        leader_epoch, fetch_offset = held
         if pos > skipped_from:  # the fetches skipped showed the leader running
-            m.note_skipped_activity(fetch, session.entry(pos - 1)[0])
-        result = engine._apply_to_model(m, fetch, engine._brokers_of(m.cluster), False)
-        if m.rules.policy == engine.policies[0] and result is not None:
+            m.note_skipped_activity(session.leader, leader_epoch, session.entry(pos - 1)[0])
+        brokers = engine.brokers.get(m.cluster) or engine._brokers_of(m.cluster)
+        if engine.fetch_values:  # the fetch as its values: expanded_fetch's, without the event
+            ts, fetch_ts, broker_epoch, _order = session.entry(pos)
+            leader_leo = m.leader_leo
+            result = engine.apply_fetch(
+                m, session.replica, session.leader, leader_epoch, ts, fetch_ts, fetch_offset,
+                leader_leo if leader_leo > fetch_offset else fetch_offset,
+                -1 if broker_epoch == -2 else broker_epoch, brokers)
+        else:
+            fetch = expanded_fetch(m.cluster, session, m.topic, m.partition, leader_epoch,
+                                   fetch_offset, None, m.leader_leo, session.entry(pos))
+            result = engine._apply_to_model(m, fetch, brokers, False)
+        if result is not None and m.rules.policy == engine.policies[0]:
             engine.ignored[result[1] if result[0] == "ignored" else REJECTED_IN_SESSION] += 1
         st[2] = result is not None or not engine.skips_quiet_fetches(m)
 
