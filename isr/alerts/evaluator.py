@@ -108,7 +108,8 @@ class AlertEvaluator:
     def _note_event(w: Watch, model: PartitionView, ts: int) -> bool:
         """What every applied event notes; whether the leader's LEO or the
         number of replicas moved (then w holds the new ones)."""
-        w.last_event_ts = ts
+        if ts > w.last_event_ts:  # (a session catch-up may apply one follower's last
+            w.last_event_ts = ts  # fetch after another's later one: sessions.py)
         hw, stall, leader_leo = model.hw, w.stall, model.leader_leo
         if hw != stall.hw or (leader_leo > hw) != stall.behind:  # else a no-op
             stall.note(hw, leader_leo, ts)

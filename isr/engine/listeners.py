@@ -61,6 +61,14 @@ class Listener:
         kind = type(self)
         return kind.on_event is Listener.on_event and kind.on_advance is Listener.on_advance
 
+    def skips_fetch(self, model, replica: int, ts: int) -> bool:
+        """Whether this listener may miss a fetch of `replica` at `ts` that
+        moves only the follower's times, the follower being at the leader's
+        LEO: it is then applied only as part of a later fetch of the same
+        follower (sessions.py, `SessionDriver._folds`). By default as
+        skips_quiet_fetches."""
+        return self.skips_quiet_fetches(model)
+
     def quiet_serve_ms(self) -> Optional[int]:
         """A fetch taking longer than this to serve is never skipped (None: any may be)."""
         return None

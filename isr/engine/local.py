@@ -89,6 +89,7 @@ class LocalEngine:
         # catching up may skip.
         self._next_due = hooks(self.listeners, "next_due")
         self._skips = [l.skips_quiet_fetches for l in self.listeners]
+        self._skips_fetch = [l.skips_fetch for l in self.listeners]
         serve = [l.quiet_serve_ms() for l in self.listeners]
         self.quiet_serve_ms = min((b for b in serve if b is not None), default=None)
         self.session_driver = SessionDriver(self)

@@ -251,10 +251,32 @@ class SessionDriver:
                     for st in live:
                         st[2] = True
                 continue
+            if nxt is not None and self._at_leo(m, steady) and self._folds(m, nxt, brokers):
+                # Its next fetch only moves times (and so do the steady
+                # ones': they need not be moved up to it first): it joins
+                # the next jump.
+                nxt[2] = False
+                continue
             self._jump(m, steady, t_next, o_next)
             if nxt is None:
                 return
+            if self._folds(m, nxt, brokers):
+                nxt[2] = False  # its next fetch only moves times: it joins the next jump
+                continue
             self._apply_entry(m, nxt, nxt[1][1])
+
+    @staticmethod
+    def _at_leo(m, steady: list) -> bool:
+        """Whether every steady stream's follower is at the leader's LEO: its
+        fetches then change nothing a fold (`_folds`) reads but the leader's
+        activity, which only makes a fold likelier (no lag starts or ends,
+        and a listener's instant they reach is found by `_folds` as due)."""
+        followers, leader_leo = m.followers, m.leader_leo
+        for st in steady:
+            f = followers.get(st[0].replica)
+            if f is None or f.leo != leader_leo:
+                return False
+        return True
 
     def is_steady(self, m) -> bool:
         """Whether every fetch `m`'s sessions may log for it, until something
@@ -302,6 +324,42 @@ class SessionDriver:
             if stale and brokers.is_stale_fetch(replica, epoch):
                 return False
         return True
+
+    def _folds(self, m, st: list, brokers) -> bool:
+        """Whether the next pending fetch of stream `st`, applied now, would
+        only move its follower's times, as the fetches after an exact one do:
+        the follower is in the ISR at the leader's LEO, which its session
+        holds (no LEO, leader LEO, HW or ISR change, no lag), and saw that LEO
+        in a fetch; the fetch is of the current leader, epoch and broker
+        epoch, not stale, served in time, without a gap that could start a
+        stall suspicion (none pending, no KIP-501 fetch pending); and every
+        listener may miss it. Then it need not be applied on its own: the
+        stream turns steady, and the next jump applies the last of its
+        fetches before the next instant, as after an exact fetch."""
+        session, link = st[0], st[1]
+        held = session.cached.get((m.topic, m.partition))
+        leader_leo = m.leader_leo
+        if (held is None or m.leader < 0 or m.stall_check_at >= 0 or held[1] != leader_leo
+                or session.leader != m.leader or held[0] != m.leader_epoch):
+            return False
+        replica = session.replica
+        f = m.followers.get(replica)
+        if (f is None or f.leo != leader_leo or f.last_fetch_leader_leo < leader_leo
+                or f.pending_offset >= 0 or f.pending_ts != 0 or replica not in m.isr):
+            return False
+        ts, fetch_ts, epoch, _order = session.entry(link[1])
+        if epoch == -2:
+            epoch = -1
+        if epoch != f.broker_epoch or (brokers.states and brokers.is_stale_fetch(replica, epoch)):
+            return False
+        last = m.leader_active_ts
+        if last >= 0 and ts - last > self.stall_bound_ms:
+            return False  # it may start a stall suspicion (isr/model/stall.py)
+        engine = self.engine
+        bound = engine.quiet_serve_ms
+        if bound is not None and ts - fetch_ts > bound:
+            return False
+        return all(skips(m, replica, ts) for skips in engine._skips_fetch)
 
     def _jump(self, m, steady: list, ts: int, order: int) -> bool:
         """Move each steady follower to its last pending fetch at or before
