@@ -166,9 +166,12 @@ class AlertEvaluator:
                     w.due = t
             elif replica in model.isr and ("FollowerLagging", replica) not in w.alerts:
                 return False
-        if w.alerts and not self._fetch_keeps_alerts(w, model, replica, ts, P):
+        if not w.alerts:
+            due = w.due  # due_by's common case, inline
+        elif not self._fetch_keeps_alerts(w, model, replica, ts, P):
             return False
-        due = self.due_by(w, ts)
+        else:
+            due = self.due_by(w, ts)
         return due is None or due > ts
 
     @staticmethod

@@ -120,7 +120,15 @@ class LocalEngine:
         """Offer one validated event; it is applied once the watermark passes it.
         Returns `late` or `future` at once, else `applied`; a model rejection of
         the event once released goes to `on_reject`."""
-        return self.submit_raw(event.ts, event, seq, origin)
+        ts, sequencer = event.ts, self.sequencer  # submit_raw, inline: once per event
+        verdict = sequencer.offer(ts, seq, event, origin)
+        if verdict is not None:
+            return Outcome(verdict, sequencer.refusal(verdict, ts))
+        if ts > self.max_ts:
+            self.max_ts = ts
+        if len(sequencer.queued) >= sequencer.release_at:
+            self._run(sequencer.release())
+        return APPLIED
 
     def submit_raw(self, ts: int, event, seq: int, origin: Any = None) -> Outcome:
         """`submit` for an event that may still be its raw JSON bytes, already
@@ -197,6 +205,8 @@ class LocalEngine:
         outcome = APPLIED
         key = (event.cluster, event.topic, event.partition)
         brokers = self.brokers.get(event.cluster) or self._brokers_of(event.cluster)
+        scratch, out, dirty = self._scratch, self.decisions, self.dirty
+        on_advance, on_event = self._on_advance, self._on_event
         first = True
         for policy, parts in self.partitions.items():
             model = parts.get(key)
@@ -204,7 +214,27 @@ class LocalEngine:
                 model = parts[key] = PartitionModel.first_seen(
                     self.rules[policy], event, self.monitor.min_isr_for(event.topic))
                 self._register(model)
-            result = self._apply_to_model(model, event, brokers)
+            # _apply_to_model(model, event, brokers), inline: this runs for
+            # every event and policy.
+            if ts <= self.reached:
+                self._settle(model)
+            if not model.due_dirty:  # deadlines.touch, inline
+                model.due_dirty = True
+                self.deadlines.dirty.append(model)
+            if model.sessions:
+                self.session_driver.catch_up(model)
+            dirty[id(model)] = model
+            if ts > model.next_check:  # else no check instant lies before ts
+                model.advance(ts, False, brokers, scratch)
+                if scratch:
+                    self._dispatch(model)
+            for hook in on_advance:
+                hook(model, ts, False, out)
+            result = model.apply(event, brokers, scratch)
+            if scratch:
+                self._dispatch(model)
+            for hook in on_event:
+                hook(model, event, result, out)
             if first and result is not None:
                 outcome = Outcome(result[0], result[1])
                 if result[0] == "ignored":
@@ -215,7 +245,8 @@ class LocalEngine:
     def _apply_to_model(self, model: PartitionModel, event, brokers: Brokers,
                         catch_up: bool = True):
         """One partition event to one policy's model, its listeners told (its
-        sessions' fetches first, unless this is one of them)."""
+        sessions' fetches first, unless this is one of them). `apply` has it
+        inline: a change here is a change there."""
         ts, scratch, out = event.ts, self._scratch, self.decisions
         if ts <= self.reached:
             self._settle(model)

@@ -222,8 +222,34 @@ class PartitionModel:
             self._note_activity(ts)
         if self.stall_check_at >= 0:
             self._resume_check(ts, brokers, out)
-        return self._on_fetch(replica, ts, fetch_ts, fetch_offset, fetch_leader_leo,
-                              broker_epoch, brokers, out)
+        # What the fetch does (Kafka's updateFollowerFetchState).
+        f = self.followers.get(replica)
+        if f is None:
+            if not self.bootstrap:
+                return rejected(f"replica {replica} is not in the assignment {self.replicas}")
+            f = self._bootstrap_follower(replica, ts)
+        if brokers.states and brokers.is_stale_fetch(replica, broker_epoch):
+            return STALE_BROKER_EPOCH
+        f.last_caught_up_ts = caught_up_ts_after_fetch(
+            self.rules, f, fetch_offset, fetch_leader_leo, fetch_ts, ts)
+        previous_leo = f.leo
+        f.leo = fetch_offset  # may go down after truncation: no max
+        if fetch_leader_leo > f.last_fetch_leader_leo:
+            f.last_fetch_leader_leo = fetch_leader_leo
+        f.last_fetch_ts = fetch_ts
+        f.broker_epoch = broker_epoch
+        f.pending_offset = -1
+        f.pending_ts = 0
+        if fetch_leader_leo > self.leader_leo:
+            self.leader_leo = fetch_leader_leo
+        if replica not in self.isr and self._can_join_isr(replica, f, brokers):
+            reason = (f"replica {replica}: leo {f.leo} >= hw {self.hw} and >= "
+                      f"leader_epoch_start_offset {self.leader_epoch_start_offset}")
+            self._change_isr(fetch_ts, "expand", [replica], self.isr + [replica],
+                             "leader", reason, brokers, out, at=ts)
+        elif f.leo != previous_leo:
+            self._recompute_hw(fetch_ts, brokers)
+        return None
 
     # ------------------------------------------------------------ the leader's stall
     def _note_leader_activity(self, event) -> bool:
@@ -298,37 +324,6 @@ class PartitionModel:
         self.isr.append(replica)
         self._refresh_min_isr()
         return f
-
-    def _on_fetch(self, replica: int, ts: int, fetch_ts: int, fetch_offset: int,
-                  fetch_leader_leo: int, broker_epoch: int, brokers: Brokers, out: list):
-        """A fetch of the current leader and epoch (apply_fetch checked them)."""
-        f = self.followers.get(replica)
-        if f is None:
-            if not self.bootstrap:
-                return rejected(f"replica {replica} is not in the assignment {self.replicas}")
-            f = self._bootstrap_follower(replica, ts)
-        if brokers.states and brokers.is_stale_fetch(replica, broker_epoch):
-            return STALE_BROKER_EPOCH
-        f.last_caught_up_ts = caught_up_ts_after_fetch(
-            self.rules, f, fetch_offset, fetch_leader_leo, fetch_ts, ts)
-        previous_leo = f.leo
-        f.leo = fetch_offset  # may go down after truncation: no max
-        if fetch_leader_leo > f.last_fetch_leader_leo:
-            f.last_fetch_leader_leo = fetch_leader_leo
-        f.last_fetch_ts = fetch_ts
-        f.broker_epoch = broker_epoch
-        f.pending_offset = -1
-        f.pending_ts = 0
-        if fetch_leader_leo > self.leader_leo:
-            self.leader_leo = fetch_leader_leo
-        if replica not in self.isr and self._can_join_isr(replica, f, brokers):
-            reason = (f"replica {replica}: leo {f.leo} >= hw {self.hw} and >= "
-                      f"leader_epoch_start_offset {self.leader_epoch_start_offset}")
-            self._change_isr(fetch_ts, "expand", [replica], self.isr + [replica],
-                             "leader", reason, brokers, out, at=ts)
-        elif f.leo != previous_leo:
-            self._recompute_hw(fetch_ts, brokers)
-        return None
 
     def _on_fetch_start(self, ev):
         f, problem = self._follower_of(ev)
