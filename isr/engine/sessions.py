@@ -231,16 +231,23 @@ class SessionDriver:
         brokers = engine._brokers_of(m.cluster)
         last_run = -1  # the last instant run: one found again is not run twice
         while True:
-            live = [st for st in streams if st[1][1] < st[0].end]
+            # The streams with a fetch pending (live), those whose next one is
+            # not exact (steady), and the exact one whose next fetch comes
+            # first (nxt, at t_next, o_next); orders are unique.
+            live, steady = [], []
+            nxt, t_next, o_next = None, INF, INF
+            for st in streams:
+                session, pos = st[0], st[1][1]
+                if pos < session.end:
+                    live.append(st)
+                    if not st[2]:
+                        steady.append(st)
+                    else:
+                        e = session.log[pos - session.base]
+                        if e[3] < o_next:
+                            nxt, t_next, o_next = st, e[0], e[3]
             if not live:
                 return
-            exact = [st for st in live if st[2]]
-            nxt = min(exact, key=lambda st: st[0].entry(st[1][1])[3]) if exact else None
-            if nxt is None:
-                t_next, o_next = INF, INF
-            else:
-                t_next, _f, _b, o_next = nxt[0].entry(nxt[1][1])
-            steady = [st for st in live if not st[2]]
             instant = engine.next_instant(m)
             if instant is not None and last_run < instant < t_next:
                 if self._jump(m, steady, instant, o_next):
@@ -365,7 +372,9 @@ class SessionDriver:
         """Move each steady follower to its last pending fetch at or before
         `ts` and before `order`; True if one moved."""
         moved = False
-        for st in sorted(steady, key=lambda st: st[0].entry(st[1][1])[3]):
+        if len(steady) > 1:
+            steady = sorted(steady, key=_next_order)
+        for st in steady:
             session, link = st[0], st[1]
             j = session.last_at_or_before(link[1], session.end, ts, order)
             if j >= link[1]:
@@ -411,6 +420,12 @@ class SessionDriver:
     def from_list(self, values: list) -> None:
         self.sessions = Sessions.from_list(values)
         self.last = {s.sid: s.log[-1] for s in self.sessions.by_sid.values() if s.log}
+
+
+def _next_order(st: list) -> int:
+    """The order of a stream's next pending fetch."""
+    session, pos = st[0], st[1][1]
+    return session.log[pos - session.base][3]
 
 
 def _always(_ev) -> bool:
