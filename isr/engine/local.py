@@ -270,10 +270,30 @@ class LocalEngine:
             hook(model, event, result, out)
         return result
 
+    def apply_fetch_values(self, key: tuple, replica: int, leader: int, leader_epoch: int,
+                           ts: int, fetch_ts: int, fetch_offset: int, leader_leo: int,
+                           broker_epoch: int) -> Optional[tuple[str, str]]:
+        """`apply` of a fetch given as its values (`fetch_values` must hold,
+        and the partition's models exist): a partition a session request
+        lists (sessions.py). Returns the first policy's result."""
+        if ts > self.max_ts:
+            self.max_ts = ts
+        brokers = self.brokers.get(key[0]) or self._brokers_of(key[0])
+        first, outcome = True, None
+        for parts in self.partitions.values():
+            result = self.apply_fetch(parts[key], replica, leader, leader_epoch, ts, fetch_ts,
+                                      fetch_offset, leader_leo, broker_epoch, brokers, True)
+            if first and result is not None:
+                outcome = result
+                if result[0] == "ignored":
+                    self.ignored[result[1]] += 1
+            first = False
+        return outcome
+
     def apply_fetch(self, model: PartitionModel, replica: int, leader: int, leader_epoch: int,
                     ts: int, fetch_ts: int, fetch_offset: int, leader_leo: int,
-                    broker_epoch: int, brokers: Brokers):
-        """`_apply_to_model(model, fetch, brokers, catch_up=False)` for a fetch
+                    broker_epoch: int, brokers: Brokers, catch_up: bool = False):
+        """`_apply_to_model(model, fetch, brokers, catch_up)` for a fetch
         given as its values (`fetch_values` must hold): a session's fetch of
         a partition (sessions.py), without building the event."""
         scratch, out = self._scratch, self.decisions
@@ -282,6 +302,8 @@ class LocalEngine:
         if not model.due_dirty:  # deadlines.touch, inline
             model.due_dirty = True
             self.deadlines.dirty.append(model)
+        if catch_up and model.sessions:
+            self.session_driver.catch_up(model)
         self.dirty[id(model)] = model
         if ts > model.next_check:  # else no check instant lies before ts
             model.advance(ts, False, brokers, scratch)

@@ -144,13 +144,25 @@ class SessionDriver:
         key = (ev.cluster, p.topic, p.partition)
         engine = self.engine
         first = engine.partitions[engine.policies[0]].get(key)
-        fetch = expanded_fetch(ev.cluster, session or _Sessionless(ev), p.topic, p.partition,
-                               p.leader_epoch, p.fetch_offset, p.leader_leo,
-                               -1 if first is None else first.leader_leo, entry)
-        outcome = engine.apply(fetch)  # the partition's pending fetches first, at the old offset
+        # The partition's pending fetches first, at the old offset (apply's catch_up).
+        if (first is not None and engine.fetch_values  # expanded_fetch's, as values
+                and all(key in parts for parts in engine.partitions.values())):
+            ts, fetch_ts, broker_epoch, _order = entry
+            leader_leo, offset = p.leader_leo, p.fetch_offset
+            if leader_leo is None:
+                leader_leo = first.leader_leo if first.leader_leo > offset else offset
+            result = engine.apply_fetch_values(
+                key, ev.replica, ev.leader, p.leader_epoch, ts, fetch_ts, offset, leader_leo,
+                -1 if broker_epoch == -2 else broker_epoch)
+            status = None if result is None else result[0]
+        else:  # a partition seen first, or a listener that wants the event
+            fetch = expanded_fetch(ev.cluster, session or _Sessionless(ev), p.topic,
+                                   p.partition, p.leader_epoch, p.fetch_offset, p.leader_leo,
+                                   -1 if first is None else first.leader_leo, entry)
+            status = engine.apply(fetch).status
         if session is not None:
             session.cached[(p.topic, p.partition)] = [p.leader_epoch, p.fetch_offset]
-        if outcome.status == "rejected":
+        if status == "rejected":
             engine.ignored[REJECTED_IN_SESSION] += 1
             return ("ignored", REJECTED_IN_SESSION)
         return None
