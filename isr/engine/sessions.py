@@ -18,7 +18,8 @@ of them moves the follower (its LEO, `lastFetchLeaderLogEndOffset`, an ISR
 expansion), and each later one only moves its `lastFetchTimeMs` and, where the
 policy credits it, its `lastCaughtUpTimeMs` (rules.caught_up_ts_after_fetch):
 the state after fetch j is the state after the first one and then fetch j.
-So the first pending fetch is applied, then only the last one before each
+So the first pending fetch is applied (unless it too only moves times, as
+the state stands then: `_folds`), then only the last one before each
 instant at which a check or an alert could act (`_next_instant`), or before
 another follower's exact fetch. Later fetches only postpone those instants
 (they raise the follower's times), so a candidate instant found with the
@@ -28,7 +29,9 @@ wants every fetch (an alert pending or firing) makes the next fetch exact
 again. A fetch that changes the broker epoch, took long to serve, or comes
 after a gap longer than the leader-stall bound (isr/model/stall.py) brings
 every partition of its session up to date first, so it is applied exactly;
-the fetches skipped still count as the leader's activity.
+the fetches skipped still count as the leader's activity. A fetch is applied
+as its values (`LocalEngine.apply_fetch`, the listeners' `on_fetch`), not as
+a built and validated `fetch` event, unless a listener wants the event.
 """
 
 from __future__ import annotations
