@@ -82,7 +82,9 @@ class LocalEngine:
         self._on_fetch = hooks(self.listeners, "on_fetch")
         # A fetch can be applied as its values (apply_fetch) when every
         # listener that hears events hears fetches that way too.
-        self.fetch_values = len(self._on_fetch) == len(self._on_event)
+        self.fetch_values = all(type(l).on_fetch is not Listener.on_fetch
+                                for l in self.listeners
+                                if type(l).on_event is not Listener.on_event)
         self._on_broker_hooks = hooks(self.listeners, "on_broker")
         self._on_time = hooks(self.listeners, "on_time")
         # Fetch sessions (sessions.py): what a listener needs of the fetches
