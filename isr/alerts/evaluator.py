@@ -66,37 +66,14 @@ class AlertEvaluator:
         self._step(w, AtChange(model, d.isr_after, d.hw), d.ts, out)
 
     def after_event(self, w: Watch, model: PartitionView, event, out: list) -> None:
-        ts, kind = event.ts, event.type
-        w.last_event_ts = ts
-        hw, stall, leader_leo = model.hw, w.stall, model.leader_leo
-        if hw != stall.hw or (leader_leo > hw) != stall.behind:  # else a no-op
-            stall.note(hw, leader_leo, ts)
-        # The leader's LEO, and before the first leader event the replicas (a
-        # fetch of a replica not seen yet adds it: docs/rules.md), can move at
-        # any event, and can start or end a lag, a stall or a condition on the
-        # ISR's health: only an append's new LEO is checked on the spot
-        # (_quiet_append); any other move is scanned. -1: not known (after a
-        # restore or an ignored event), so the event is scanned.
-        known = w.leader_leo >= 0
-        n = len(model.replicas)
-        moved = leader_leo != w.leader_leo or n != w.replica_count
-        if moved:
-            w.leader_leo, w.replica_count = leader_leo, n
+        kind = event.type
         if kind == "fetch":
-            replica = event.replica
-            if w.unserved:
-                w.unserved.pop(replica, None)
-            served = ts - event.fetch_ts
-            params = self._params.get(w.topic) or self.params(w.topic)
-            if served > params.slow_ms:
-                w.served_ms[replica] = served  # only slow times are kept
-            else:
-                if w.served_ms:
-                    w.served_ms.pop(replica, None)
-                if not moved and self._quiet_fetch(w, model, replica, ts, params):
-                    w.t = ts  # (read only while an alert is active)
-                    return
-        elif kind == "append":
+            self.after_fetch(w, model, event.replica, event.ts, event.fetch_ts, out)
+            return
+        ts = event.ts
+        known = w.leader_leo >= 0  # before this event (_note_event)
+        self._note_event(w, model, ts)
+        if kind == "append":
             if known and self._quiet_append(w, model, ts):
                 return
         elif kind == "fetch_start":
@@ -108,6 +85,45 @@ class AlertEvaluator:
         elif kind == "isr":
             w.reported = list(event.isr)
         self._step(w, model, ts, out)
+
+    def after_fetch(self, w: Watch, model: PartitionView, replica: int, ts: int, fetch_ts: int,
+                    out: list) -> None:
+        """after_event for a fetch, given as its values."""
+        moved = self._note_event(w, model, ts)
+        if w.unserved:
+            w.unserved.pop(replica, None)
+        served = ts - fetch_ts
+        params = self._params.get(w.topic) or self.params(w.topic)
+        if served > params.slow_ms:
+            w.served_ms[replica] = served  # only slow times are kept
+        else:
+            if w.served_ms:
+                w.served_ms.pop(replica, None)
+            if not moved and self._quiet_fetch(w, model, replica, ts, params):
+                w.t = ts  # (read only while an alert is active)
+                return
+        self._step(w, model, ts, out)
+
+    @staticmethod
+    def _note_event(w: Watch, model: PartitionView, ts: int) -> bool:
+        """What every applied event notes; whether the leader's LEO or the
+        number of replicas moved (then w holds the new ones)."""
+        if ts > w.last_event_ts:  # (a session catch-up may apply one follower's last
+            w.last_event_ts = ts  # fetch after another's later one: sessions.py)
+        hw, stall, leader_leo = model.hw, w.stall, model.leader_leo
+        if hw != stall.hw or (leader_leo > hw) != stall.behind:  # else a no-op
+            stall.note(hw, leader_leo, ts)
+        # The leader's LEO, and before the first leader event the replicas (a
+        # fetch of a replica not seen yet adds it: docs/rules.md), can move at
+        # any event, and can start or end a lag, a stall or a condition on the
+        # ISR's health: only an append's new LEO is checked on the spot
+        # (_quiet_append); any other move is scanned. -1: not known (after a
+        # restore or an ignored event), so the event is scanned.
+        n = len(model.replicas)
+        if leader_leo != w.leader_leo or n != w.replica_count:
+            w.leader_leo, w.replica_count = leader_leo, n
+            return True
+        return False
 
     def after_ignored(self, w: Watch, model: PartitionView, ts: int, out: list) -> None:
         """An event the model ignored or rejected at `ts` (rare): it ends a
@@ -150,9 +166,12 @@ class AlertEvaluator:
                     w.due = t
             elif replica in model.isr and ("FollowerLagging", replica) not in w.alerts:
                 return False
-        if w.alerts and not self._fetch_keeps_alerts(w, model, replica, ts, P):
+        if not w.alerts:
+            due = w.due  # due_by's common case, inline
+        elif not self._fetch_keeps_alerts(w, model, replica, ts, P):
             return False
-        due = self.due_by(w, ts)
+        else:
+            due = self.due_by(w, ts)
         return due is None or due > ts
 
     @staticmethod

@@ -34,7 +34,9 @@ class AlertListener(Listener):
     # These hooks run for every event and policy: most return at once.
     def on_advance(self, model, until: int, inclusive: bool, out: list) -> None:
         w = model.watch or self._watch(model)
-        due = self.evaluator.due_by(w, until)
+        # evaluator.due_by, its common case inline (no alert due by until)
+        due = w.due if not w.alerts or w.alerts_due_floor > until else \
+            self.evaluator.due_by(w, until)
         if due is None or due > until or (due == until and not inclusive):
             return  # the common case
         self.dirty[id(w)] = w
@@ -48,10 +50,22 @@ class AlertListener(Listener):
     def on_event(self, model, event, outcome, out: list) -> None:
         w = model.watch or self._watch(model)
         self.dirty[id(w)] = w
-        if outcome is None:
-            self.evaluator.after_event(w, model, event, out)
-        else:  # ignored or rejected
+        if outcome is not None:  # ignored or rejected
             self.evaluator.after_ignored(w, model, event.ts, out)
+        elif event.type == "fetch":  # most events: after_event's first step, inline
+            ts, received_ts = event.ts, event.received_ts
+            self.evaluator.after_fetch(w, model, event.replica, ts,
+                                       ts if received_ts is None else received_ts, out)
+        else:
+            self.evaluator.after_event(w, model, event, out)
+
+    def on_fetch(self, model, replica: int, ts: int, fetch_ts: int, outcome, out: list) -> None:
+        w = model.watch or self._watch(model)
+        self.dirty[id(w)] = w
+        if outcome is None:
+            self.evaluator.after_fetch(w, model, replica, ts, fetch_ts, out)
+        else:  # ignored or rejected
+            self.evaluator.after_ignored(w, model, ts, out)
 
     def on_broker(self, model, event, out: list) -> None:
         # A broker leaving can leave the partition leaderless with no ISR
@@ -71,6 +85,19 @@ class AlertListener(Listener):
 
     def skips_quiet_fetches(self, model) -> bool:
         return not (model.watch or self._watch(model)).alerts
+
+    def skips_fetch(self, model, replica: int, ts: int) -> bool:
+        # What after_fetch does at such a fetch, served in time, when it only
+        # notes the event's time (_quiet_fetch: no lag to start at the LEO):
+        # no alert, nothing moved since the last event, no slow or unserved
+        # fetch of the replica to forget, nothing due by ts.
+        w = model.watch or self._watch(model)
+        hw, stall, leader_leo = model.hw, w.stall, model.leader_leo
+        return (not w.alerts and w.leader_leo == leader_leo
+                and w.replica_count == len(model.replicas)
+                and stall.hw == hw and stall.behind == (leader_leo > hw)
+                and replica not in w.served_ms and replica not in w.unserved
+                and (w.due is None or w.due > ts))
 
     def quiet_serve_ms(self) -> Optional[int]:
         cfg = self.evaluator.cfg

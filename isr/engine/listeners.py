@@ -33,6 +33,13 @@ class Listener:
     def on_event(self, model, event, outcome: Optional[tuple[str, str]], out: list) -> None:
         """The model took the event: outcome None (applied), or (ignored|rejected, reason)."""
 
+    def on_fetch(self, model, replica: int, ts: int, fetch_ts: int,
+                 outcome: Optional[tuple[str, str]], out: list) -> None:
+        """`on_event` for a fetch given as its values (a session's fetch of
+        a partition it did not list, applied without building the event:
+        isr/engine/sessions.py). A listener that hears events and does not
+        override it makes the engine build the event and call `on_event`."""
+
     def on_broker(self, model, event, out: list) -> None:
         """The model took a broker event of its cluster (its ts moved to the
         event's; any ISR change it caused came through on_change first)."""
@@ -53,6 +60,14 @@ class Listener:
         follower's times. By default only if it does not hear events at all."""
         kind = type(self)
         return kind.on_event is Listener.on_event and kind.on_advance is Listener.on_advance
+
+    def skips_fetch(self, model, replica: int, ts: int) -> bool:
+        """Whether this listener may miss a fetch of `replica` at `ts` that
+        moves only the follower's times, the follower being at the leader's
+        LEO: it is then applied only as part of a later fetch of the same
+        follower (sessions.py, `SessionDriver._folds`). By default as
+        skips_quiet_fetches."""
+        return self.skips_quiet_fetches(model)
 
     def quiet_serve_ms(self) -> Optional[int]:
         """A fetch taking longer than this to serve is never skipped (None: any may be)."""

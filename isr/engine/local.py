@@ -79,12 +79,19 @@ class LocalEngine:
         self._on_advance = hooks(self.listeners, "on_advance")
         self._on_change = hooks(self.listeners, "on_change")
         self._on_event = hooks(self.listeners, "on_event")
+        self._on_fetch = hooks(self.listeners, "on_fetch")
+        # A fetch can be applied as its values (apply_fetch) when every
+        # listener that hears events hears fetches that way too.
+        self.fetch_values = all(type(l).on_fetch is not Listener.on_fetch
+                                for l in self.listeners
+                                if type(l).on_event is not Listener.on_event)
         self._on_broker_hooks = hooks(self.listeners, "on_broker")
         self._on_time = hooks(self.listeners, "on_time")
         # Fetch sessions (sessions.py): what a listener needs of the fetches
         # catching up may skip.
         self._next_due = hooks(self.listeners, "next_due")
         self._skips = [l.skips_quiet_fetches for l in self.listeners]
+        self._skips_fetch = [l.skips_fetch for l in self.listeners]
         serve = [l.quiet_serve_ms() for l in self.listeners]
         self.quiet_serve_ms = min((b for b in serve if b is not None), default=None)
         self.session_driver = SessionDriver(self)
@@ -115,7 +122,15 @@ class LocalEngine:
         """Offer one validated event; it is applied once the watermark passes it.
         Returns `late` or `future` at once, else `applied`; a model rejection of
         the event once released goes to `on_reject`."""
-        return self.submit_raw(event.ts, event, seq, origin)
+        ts, sequencer = event.ts, self.sequencer  # submit_raw, inline: once per event
+        verdict = sequencer.offer(ts, seq, event, origin)
+        if verdict is not None:
+            return Outcome(verdict, sequencer.refusal(verdict, ts))
+        if ts > self.max_ts:
+            self.max_ts = ts
+        if len(sequencer.queued) >= sequencer.release_at:
+            self._run(sequencer.release())
+        return APPLIED
 
     def submit_raw(self, ts: int, event, seq: int, origin: Any = None) -> Outcome:
         """`submit` for an event that may still be its raw JSON bytes, already
@@ -192,6 +207,8 @@ class LocalEngine:
         outcome = APPLIED
         key = (event.cluster, event.topic, event.partition)
         brokers = self.brokers.get(event.cluster) or self._brokers_of(event.cluster)
+        scratch, out, dirty = self._scratch, self.decisions, self.dirty
+        on_advance, on_event = self._on_advance, self._on_event
         first = True
         for policy, parts in self.partitions.items():
             model = parts.get(key)
@@ -199,7 +216,27 @@ class LocalEngine:
                 model = parts[key] = PartitionModel.first_seen(
                     self.rules[policy], event, self.monitor.min_isr_for(event.topic))
                 self._register(model)
-            result = self._apply_to_model(model, event, brokers)
+            # _apply_to_model(model, event, brokers), inline: this runs for
+            # every event and policy.
+            if ts <= self.reached:
+                self._settle(model)
+            if not model.due_dirty:  # deadlines.touch, inline
+                model.due_dirty = True
+                self.deadlines.dirty.append(model)
+            if model.sessions:
+                self.session_driver.catch_up(model)
+            dirty[id(model)] = model
+            if ts > model.next_check:  # else no check instant lies before ts
+                model.advance(ts, False, brokers, scratch)
+                if scratch:
+                    self._dispatch(model)
+            for hook in on_advance:
+                hook(model, ts, False, out)
+            result = model.apply(event, brokers, scratch)
+            if scratch:
+                self._dispatch(model)
+            for hook in on_event:
+                hook(model, event, result, out)
             if first and result is not None:
                 outcome = Outcome(result[0], result[1])
                 if result[0] == "ignored":
@@ -210,7 +247,8 @@ class LocalEngine:
     def _apply_to_model(self, model: PartitionModel, event, brokers: Brokers,
                         catch_up: bool = True):
         """One partition event to one policy's model, its listeners told (its
-        sessions' fetches first, unless this is one of them)."""
+        sessions' fetches first, unless this is one of them). `apply` has it
+        inline: a change here is a change there."""
         ts, scratch, out = event.ts, self._scratch, self.decisions
         if ts <= self.reached:
             self._settle(model)
@@ -232,6 +270,55 @@ class LocalEngine:
             self._dispatch(model)
         for hook in self._on_event:
             hook(model, event, result, out)
+        return result
+
+    def apply_fetch_values(self, key: tuple, replica: int, leader: int, leader_epoch: int,
+                           ts: int, fetch_ts: int, fetch_offset: int, leader_leo: int,
+                           broker_epoch: int) -> Optional[tuple[str, str]]:
+        """`apply` of a fetch given as its values (`fetch_values` must hold,
+        and the partition's models exist): a partition a session request
+        lists (sessions.py). Returns the first policy's result."""
+        if ts > self.max_ts:
+            self.max_ts = ts
+        brokers = self.brokers.get(key[0]) or self._brokers_of(key[0])
+        first, outcome = True, None
+        for parts in self.partitions.values():
+            result = self.apply_fetch(parts[key], replica, leader, leader_epoch, ts, fetch_ts,
+                                      fetch_offset, leader_leo, broker_epoch, brokers, True)
+            if first and result is not None:
+                outcome = result
+                if result[0] == "ignored":
+                    self.ignored[result[1]] += 1
+            first = False
+        return outcome
+
+    def apply_fetch(self, model: PartitionModel, replica: int, leader: int, leader_epoch: int,
+                    ts: int, fetch_ts: int, fetch_offset: int, leader_leo: int,
+                    broker_epoch: int, brokers: Brokers, catch_up: bool = False):
+        """`_apply_to_model(model, fetch, brokers, catch_up)` for a fetch
+        given as its values (`fetch_values` must hold): a session's fetch of
+        a partition (sessions.py), without building the event."""
+        scratch, out = self._scratch, self.decisions
+        if ts <= self.reached:
+            self._settle(model)
+        if not model.due_dirty:  # deadlines.touch, inline
+            model.due_dirty = True
+            self.deadlines.dirty.append(model)
+        if catch_up and model.sessions:
+            self.session_driver.catch_up(model)
+        self.dirty[id(model)] = model
+        if ts > model.next_check:  # else no check instant lies before ts
+            model.advance(ts, False, brokers, scratch)
+            if scratch:
+                self._dispatch(model)
+        for hook in self._on_advance:
+            hook(model, ts, False, out)
+        result = model.apply_fetch(replica, leader, leader_epoch, ts, fetch_ts, fetch_offset,
+                                   leader_leo, broker_epoch, brokers, scratch)
+        if scratch:
+            self._dispatch(model)
+        for hook in self._on_fetch:
+            hook(model, replica, ts, fetch_ts, result, out)
         return result
 
     def _advance(self, model: PartitionModel, until: int, inclusive: bool,

@@ -18,7 +18,8 @@ of them moves the follower (its LEO, `lastFetchLeaderLogEndOffset`, an ISR
 expansion), and each later one only moves its `lastFetchTimeMs` and, where the
 policy credits it, its `lastCaughtUpTimeMs` (rules.caught_up_ts_after_fetch):
 the state after fetch j is the state after the first one and then fetch j.
-So the first pending fetch is applied, then only the last one before each
+So the first pending fetch is applied (unless it too only moves times, as
+the state stands then: `_folds`), then only the last one before each
 instant at which a check or an alert could act (`_next_instant`), or before
 another follower's exact fetch. Later fetches only postpone those instants
 (they raise the follower's times), so a candidate instant found with the
@@ -28,7 +29,9 @@ wants every fetch (an alert pending or firing) makes the next fetch exact
 again. A fetch that changes the broker epoch, took long to serve, or comes
 after a gap longer than the leader-stall bound (isr/model/stall.py) brings
 every partition of its session up to date first, so it is applied exactly;
-the fetches skipped still count as the leader's activity.
+the fetches skipped still count as the leader's activity. A fetch is applied
+as its values (`LocalEngine.apply_fetch`, the listeners' `on_fetch`), not as
+a built and validated `fetch` event, unless a listener wants the event.
 """
 
 from __future__ import annotations
@@ -144,13 +147,25 @@ class SessionDriver:
         key = (ev.cluster, p.topic, p.partition)
         engine = self.engine
         first = engine.partitions[engine.policies[0]].get(key)
-        fetch = expanded_fetch(ev.cluster, session or _Sessionless(ev), p.topic, p.partition,
-                               p.leader_epoch, p.fetch_offset, p.leader_leo,
-                               -1 if first is None else first.leader_leo, entry)
-        outcome = engine.apply(fetch)  # the partition's pending fetches first, at the old offset
+        # The partition's pending fetches first, at the old offset (apply's catch_up).
+        if (first is not None and engine.fetch_values  # expanded_fetch's, as values
+                and all(key in parts for parts in engine.partitions.values())):
+            ts, fetch_ts, broker_epoch, _order = entry
+            leader_leo, offset = p.leader_leo, p.fetch_offset
+            if leader_leo is None:
+                leader_leo = first.leader_leo if first.leader_leo > offset else offset
+            result = engine.apply_fetch_values(
+                key, ev.replica, ev.leader, p.leader_epoch, ts, fetch_ts, offset, leader_leo,
+                -1 if broker_epoch == -2 else broker_epoch)
+            status = None if result is None else result[0]
+        else:  # a partition seen first, or a listener that wants the event
+            fetch = expanded_fetch(ev.cluster, session or _Sessionless(ev), p.topic,
+                                   p.partition, p.leader_epoch, p.fetch_offset, p.leader_leo,
+                                   -1 if first is None else first.leader_leo, entry)
+            status = engine.apply(fetch).status
         if session is not None:
             session.cached[(p.topic, p.partition)] = [p.leader_epoch, p.fetch_offset]
-        if outcome.status == "rejected":
+        if status == "rejected":
             engine.ignored[REJECTED_IN_SESSION] += 1
             return ("ignored", REJECTED_IN_SESSION)
         return None
@@ -231,16 +246,23 @@ class SessionDriver:
         brokers = engine._brokers_of(m.cluster)
         last_run = -1  # the last instant run: one found again is not run twice
         while True:
-            live = [st for st in streams if st[1][1] < st[0].end]
+            # The streams with a fetch pending (live), those whose next one is
+            # not exact (steady), and the exact one whose next fetch comes
+            # first (nxt, at t_next, o_next); orders are unique.
+            live, steady = [], []
+            nxt, t_next, o_next = None, INF, INF
+            for st in streams:
+                session, pos = st[0], st[1][1]
+                if pos < session.end:
+                    live.append(st)
+                    if not st[2]:
+                        steady.append(st)
+                    else:
+                        e = session.log[pos - session.base]
+                        if e[3] < o_next:
+                            nxt, t_next, o_next = st, e[0], e[3]
             if not live:
                 return
-            exact = [st for st in live if st[2]]
-            nxt = min(exact, key=lambda st: st[0].entry(st[1][1])[3]) if exact else None
-            if nxt is None:
-                t_next, o_next = INF, INF
-            else:
-                t_next, _f, _b, o_next = nxt[0].entry(nxt[1][1])
-            steady = [st for st in live if not st[2]]
             instant = engine.next_instant(m)
             if instant is not None and last_run < instant < t_next:
                 if self._jump(m, steady, instant, o_next):
@@ -251,10 +273,32 @@ class SessionDriver:
                     for st in live:
                         st[2] = True
                 continue
+            if nxt is not None and self._at_leo(m, steady) and self._folds(m, nxt, brokers):
+                # Its next fetch only moves times (and so do the steady
+                # ones': they need not be moved up to it first): it joins
+                # the next jump.
+                nxt[2] = False
+                continue
             self._jump(m, steady, t_next, o_next)
             if nxt is None:
                 return
+            if self._folds(m, nxt, brokers):
+                nxt[2] = False  # its next fetch only moves times: it joins the next jump
+                continue
             self._apply_entry(m, nxt, nxt[1][1])
+
+    @staticmethod
+    def _at_leo(m, steady: list) -> bool:
+        """Whether every steady stream's follower is at the leader's LEO: its
+        fetches then change nothing a fold (`_folds`) reads but the leader's
+        activity, which only makes a fold likelier (no lag starts or ends,
+        and a listener's instant they reach is found by `_folds` as due)."""
+        followers, leader_leo = m.followers, m.leader_leo
+        for st in steady:
+            f = followers.get(st[0].replica)
+            if f is None or f.leo != leader_leo:
+                return False
+        return True
 
     def is_steady(self, m) -> bool:
         """Whether every fetch `m`'s sessions may log for it, until something
@@ -303,11 +347,49 @@ class SessionDriver:
                 return False
         return True
 
+    def _folds(self, m, st: list, brokers) -> bool:
+        """Whether the next pending fetch of stream `st`, applied now, would
+        only move its follower's times, as the fetches after an exact one do:
+        the follower is in the ISR at the leader's LEO, which its session
+        holds (no LEO, leader LEO, HW or ISR change, no lag), and saw that LEO
+        in a fetch; the fetch is of the current leader, epoch and broker
+        epoch, not stale, served in time, without a gap that could start a
+        stall suspicion (none pending, no KIP-501 fetch pending); and every
+        listener may miss it. Then it need not be applied on its own: the
+        stream turns steady, and the next jump applies the last of its
+        fetches before the next instant, as after an exact fetch."""
+        session, link = st[0], st[1]
+        held = session.cached.get((m.topic, m.partition))
+        leader_leo = m.leader_leo
+        if (held is None or m.leader < 0 or m.stall_check_at >= 0 or held[1] != leader_leo
+                or session.leader != m.leader or held[0] != m.leader_epoch):
+            return False
+        replica = session.replica
+        f = m.followers.get(replica)
+        if (f is None or f.leo != leader_leo or f.last_fetch_leader_leo < leader_leo
+                or f.pending_offset >= 0 or f.pending_ts != 0 or replica not in m.isr):
+            return False
+        ts, fetch_ts, epoch, _order = session.entry(link[1])
+        if epoch == -2:
+            epoch = -1
+        if epoch != f.broker_epoch or (brokers.states and brokers.is_stale_fetch(replica, epoch)):
+            return False
+        last = m.leader_active_ts
+        if last >= 0 and ts - last > self.stall_bound_ms:
+            return False  # it may start a stall suspicion (isr/model/stall.py)
+        engine = self.engine
+        bound = engine.quiet_serve_ms
+        if bound is not None and ts - fetch_ts > bound:
+            return False
+        return all(skips(m, replica, ts) for skips in engine._skips_fetch)
+
     def _jump(self, m, steady: list, ts: int, order: int) -> bool:
         """Move each steady follower to its last pending fetch at or before
         `ts` and before `order`; True if one moved."""
         moved = False
-        for st in sorted(steady, key=lambda st: st[0].entry(st[1][1])[3]):
+        if len(steady) > 1:
+            steady = sorted(steady, key=_next_order)
+        for st in steady:
             session, link = st[0], st[1]
             j = session.last_at_or_before(link[1], session.end, ts, order)
             if j >= link[1]:
@@ -327,12 +409,22 @@ class SessionDriver:
         if held is None:
             return
         self.exact_fetches += 1
-        fetch = expanded_fetch(m.cluster, session, m.topic, m.partition, held[0], held[1], None,
-                               m.leader_leo, session.entry(pos))
+        leader_epoch, fetch_offset = held
         if pos > skipped_from:  # the fetches skipped showed the leader running
-            m.note_skipped_activity(fetch, session.entry(pos - 1)[0])
-        result = engine._apply_to_model(m, fetch, engine._brokers_of(m.cluster), False)
-        if m.rules.policy == engine.policies[0] and result is not None:
+            m.note_skipped_activity(session.leader, leader_epoch, session.entry(pos - 1)[0])
+        brokers = engine.brokers.get(m.cluster) or engine._brokers_of(m.cluster)
+        if engine.fetch_values:  # the fetch as its values: expanded_fetch's, without the event
+            ts, fetch_ts, broker_epoch, _order = session.entry(pos)
+            leader_leo = m.leader_leo
+            result = engine.apply_fetch(
+                m, session.replica, session.leader, leader_epoch, ts, fetch_ts, fetch_offset,
+                leader_leo if leader_leo > fetch_offset else fetch_offset,
+                -1 if broker_epoch == -2 else broker_epoch, brokers)
+        else:
+            fetch = expanded_fetch(m.cluster, session, m.topic, m.partition, leader_epoch,
+                                   fetch_offset, None, m.leader_leo, session.entry(pos))
+            result = engine._apply_to_model(m, fetch, brokers, False)
+        if result is not None and m.rules.policy == engine.policies[0]:
             engine.ignored[result[1] if result[0] == "ignored" else REJECTED_IN_SESSION] += 1
         st[2] = result is not None or not engine.skips_quiet_fetches(m)
 
@@ -343,6 +435,12 @@ class SessionDriver:
     def from_list(self, values: list) -> None:
         self.sessions = Sessions.from_list(values)
         self.last = {s.sid: s.log[-1] for s in self.sessions.by_sid.values() if s.log}
+
+
+def _next_order(st: list) -> int:
+    """The order of a stream's next pending fetch."""
+    session, pos = st[0], st[1][1]
+    return session.log[pos - session.base][3]
 
 
 def _always(_ev) -> bool:

@@ -173,6 +173,13 @@ class PartitionModel:
     # ------------------------------------------------------------ events
     def apply(self, event, brokers: Brokers, out: list) -> Optional[tuple[str, str]]:
         """Apply one partition event at its ts (checks before it run first)."""
+        kind = event.type
+        if kind == "fetch":  # most events: taken as plain values (apply_fetch)
+            ts, received_ts, broker_epoch = event.ts, event.received_ts, event.broker_epoch
+            return self.apply_fetch(
+                event.replica, event.leader, event.leader_epoch, ts,
+                ts if received_ts is None else received_ts, event.fetch_offset,
+                event.leader_leo, -1 if broker_epoch is None else broker_epoch, brokers, out)
         ts = event.ts
         if self.stall_check_at >= 0 and ts > confirm_by(self.rules, self.stall_check_at):
             self.stall_check_at = self.stall_from = -1  # no fetch came in time
@@ -180,14 +187,11 @@ class PartitionModel:
             self.advance(ts, False, brokers, out)
         if ts > self.ts:
             self.ts = ts
-        kind = event.type
         if kind in LEADER_ACTIVITY and self._note_leader_activity(event):
             if self.stall_check_at >= 0 and kind in FOLLOWER_FETCHES:
                 self._resume_check(ts, brokers, out)
         elif kind == "leader":
             self.stall_check_at = self.stall_from = -1
-        if kind == "fetch":
-            return self._on_fetch(event, brokers, out)
         if kind == "append":
             return self._on_append(event, brokers)
         if kind == "leader":
@@ -198,30 +202,83 @@ class PartitionModel:
             return None  # compared, never applied (IsrDivergence alert)
         return rejected(f"{kind} is not a partition event")
 
+    def apply_fetch(self, replica: int, leader: int, leader_epoch: int, ts: int, fetch_ts: int,
+                    fetch_offset: int, fetch_leader_leo: int, broker_epoch: int,
+                    brokers: Brokers, out: list) -> Optional[tuple[str, str]]:
+        """`apply` of a `fetch`, given as its values (`broker_epoch` -1: not
+        sent): a session fetch is applied without building the event
+        (isr/engine/sessions.py)."""
+        if self.stall_check_at >= 0 and ts > confirm_by(self.rules, self.stall_check_at):
+            self.stall_check_at = self.stall_from = -1  # no fetch came in time
+        if ts > self.next_check:  # else no check instant lies before ts
+            self.advance(ts, False, brokers, out)
+        if ts > self.ts:
+            self.ts = ts
+        if self.leader < 0:
+            return NO_LEADER
+        if leader_epoch != self.leader_epoch or leader != self.leader:
+            return STALE_EPOCH
+        if ts > self.leader_active_ts:
+            self._note_activity(ts)
+        if self.stall_check_at >= 0:
+            self._resume_check(ts, brokers, out)
+        # What the fetch does (Kafka's updateFollowerFetchState).
+        f = self.followers.get(replica)
+        if f is None:
+            if not self.bootstrap:
+                return rejected(f"replica {replica} is not in the assignment {self.replicas}")
+            f = self._bootstrap_follower(replica, ts)
+        if brokers.states and brokers.is_stale_fetch(replica, broker_epoch):
+            return STALE_BROKER_EPOCH
+        f.last_caught_up_ts = caught_up_ts_after_fetch(
+            self.rules, f, fetch_offset, fetch_leader_leo, fetch_ts, ts)
+        previous_leo = f.leo
+        f.leo = fetch_offset  # may go down after truncation: no max
+        if fetch_leader_leo > f.last_fetch_leader_leo:
+            f.last_fetch_leader_leo = fetch_leader_leo
+        f.last_fetch_ts = fetch_ts
+        f.broker_epoch = broker_epoch
+        f.pending_offset = -1
+        f.pending_ts = 0
+        if fetch_leader_leo > self.leader_leo:
+            self.leader_leo = fetch_leader_leo
+        if replica not in self.isr and self._can_join_isr(replica, f, brokers):
+            reason = (f"replica {replica}: leo {f.leo} >= hw {self.hw} and >= "
+                      f"leader_epoch_start_offset {self.leader_epoch_start_offset}")
+            self._change_isr(fetch_ts, "expand", [replica], self.isr + [replica],
+                             "leader", reason, brokers, out, at=ts)
+        elif f.leo != previous_leo:
+            self._recompute_hw(fetch_ts, brokers)
+        return None
+
     # ------------------------------------------------------------ the leader's stall
     def _note_leader_activity(self, event) -> bool:
         """The current leader ran at event.ts: after a gap it may be resuming
         from a stall, confirmed by a follower's fetch (isr/model/stall.py)."""
         if self.leader < 0 or self._is_stale(event):
             return False
-        ts, last = event.ts, self.leader_active_ts
-        if ts > last:
-            # the cheap part of suspects_stall first: this runs on every event
-            rules = self.rules
-            if (last >= 0 and self.stall_check_at < 0 and ts - last > stall_bound_ms(rules)
-                    and suspects_stall(rules, last, ts,
-                                       [self.followers[r] for r in self.isr if r != self.leader])):
-                self.stall_from = last
-                self.stall_check_at = ts
-            self.leader_active_ts = ts
+        if event.ts > self.leader_active_ts:
+            self._note_activity(event.ts)
         return True
 
-    def note_skipped_activity(self, event, until_ts: int) -> None:
-        """Fetches like `event` that a lazy session catch-up skipped
+    def _note_activity(self, ts: int) -> None:
+        """The current leader ran at ts, after its last activity seen."""
+        # the cheap part of suspects_stall first: this runs on every event
+        last, rules = self.leader_active_ts, self.rules
+        if (last >= 0 and self.stall_check_at < 0 and ts - last > stall_bound_ms(rules)
+                and suspects_stall(rules, last, ts,
+                                   [self.followers[r] for r in self.isr if r != self.leader])):
+            self.stall_from = last
+            self.stall_check_at = ts
+        self.leader_active_ts = ts
+
+    def note_skipped_activity(self, leader: int, leader_epoch: int, until_ts: int) -> None:
+        """Fetches of `leader` in `leader_epoch` that a lazy session catch-up skipped
         (isr/engine/sessions.py) showed the leader running until `until_ts`.
         None of them could start a stall suspicion: a session fetch after a
         gap longer than the stall bound is always applied exactly."""
-        if self.leader >= 0 and not self._is_stale(event) and until_ts > self.leader_active_ts:
+        if (self.leader >= 0 and leader == self.leader and leader_epoch == self.leader_epoch
+                and until_ts > self.leader_active_ts):
             self.leader_active_ts = until_ts
 
     def _resume_check(self, at: int, brokers: Brokers, out: list) -> None:
@@ -267,37 +324,6 @@ class PartitionModel:
         self.isr.append(replica)
         self._refresh_min_isr()
         return f
-
-    def _on_fetch(self, ev, brokers: Brokers, out: list):
-        f, problem = self._follower_of(ev)
-        if problem is not None:
-            return problem
-        replica = ev.replica
-        broker_epoch = -1 if ev.broker_epoch is None else ev.broker_epoch
-        if brokers.states and brokers.is_stale_fetch(replica, broker_epoch):
-            return STALE_BROKER_EPOCH
-        fetch_ts = ev.ts if ev.received_ts is None else ev.received_ts
-        fetch_offset, fetch_leader_leo = ev.fetch_offset, ev.leader_leo
-        f.last_caught_up_ts = caught_up_ts_after_fetch(
-            self.rules, f, fetch_offset, fetch_leader_leo, fetch_ts, ev.ts)
-        previous_leo = f.leo
-        f.leo = fetch_offset  # may go down after truncation: no max
-        if fetch_leader_leo > f.last_fetch_leader_leo:
-            f.last_fetch_leader_leo = fetch_leader_leo
-        f.last_fetch_ts = fetch_ts
-        f.broker_epoch = broker_epoch
-        f.pending_offset = -1
-        f.pending_ts = 0
-        if fetch_leader_leo > self.leader_leo:
-            self.leader_leo = fetch_leader_leo
-        if replica not in self.isr and self._can_join_isr(replica, f, brokers):
-            reason = (f"replica {replica}: leo {f.leo} >= hw {self.hw} and >= "
-                      f"leader_epoch_start_offset {self.leader_epoch_start_offset}")
-            self._change_isr(fetch_ts, "expand", [replica], self.isr + [replica],
-                             "leader", reason, brokers, out, at=ev.ts)
-        elif f.leo != previous_leo:
-            self._recompute_hw(fetch_ts, brokers)
-        return None
 
     def _on_fetch_start(self, ev):
         f, problem = self._follower_of(ev)

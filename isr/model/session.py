@@ -23,10 +23,13 @@ session caching what it lists, and the anomaly is counted (`Sessions.anomalies`)
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter
+from operator import itemgetter
 from typing import Optional
 
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
+_ts, _order = itemgetter(0), itemgetter(3)  # a log entry's time and order
 MAX_EPOCH = 2**31 - 1
 UNKNOWN_SESSION = "unknown_session"
 SKIPPED_EPOCH = "session_epoch_skipped"
@@ -73,14 +76,10 @@ class Session:
         or pos - 1 if none (entries are in order, so a binary search)."""
         log, base = self.log, self.base
         lo, hi = pos - base, end - base
-        while lo < hi:
-            mid = (lo + hi) // 2
-            e = log[mid]
-            if e[0] <= ts and e[3] < order:
-                lo = mid + 1
-            else:
-                hi = mid
-        return base + lo - 1
+        cut = bisect_right(log, ts, lo, hi, key=_ts)
+        if cut > lo and log[cut - 1][3] >= order:
+            cut = bisect_left(log, order, lo, cut, key=_order)
+        return base + cut - 1
 
     def truncate(self) -> None:
         """Forget the fetches every cached partition has caught up with."""

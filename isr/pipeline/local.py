@@ -111,10 +111,12 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
     lines = (merged(sources, progress, max_line_bytes) if merge and len(sources) > 1
              else _lines(sources, progress, max_line_bytes))
     seq = -1  # arrival order: the line's place in the input
+    accepted = 0  # added to stats at the end (on_reject takes back from it meanwhile)
+    submit = engine.submit
     for chunk in iter(lambda: list(islice(lines, LINES_PER_DECODE)), []):
         events = decode_many([raw if isinstance(raw, bytes) else b"" for _s, _o, raw in chunk])
+        stats.lines += len(chunk)
         for (source, offset, raw), event in zip(chunk, events):
-            stats.lines += 1
             seq += 1
             if isinstance(raw, Overlong):
                 stats.dead_letters[TOO_LONG] += 1
@@ -125,12 +127,13 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
                 dead.append(DeadLetter.of(source, offset, raw, event.reason, event.reason_class))
                 continue
             # The origin rides along in case the model rejects the event.
-            outcome = engine.submit(event, seq, (source, offset, raw))
+            outcome = submit(event, seq, (source, offset, raw))
             if outcome.status in (LATE, FUTURE):
                 stats.dead_letters[outcome.status] += 1
                 dead.append(DeadLetter.of(source, offset, raw, outcome.reason, outcome.status))
             else:
-                stats.accepted += 1
+                accepted += 1
+    stats.accepted += accepted
     engine.finish()
     decisions = engine.take_decisions()
     stats.ignored = engine.ignored
