@@ -477,3 +477,57 @@ def test_propagation_after_the_buckets_is_one_engines(events, buckets, cuts):
         return d["ts"], d["policy"], d["broker"]
 
     assert sorted((r.value for r in written), key=key) == sorted(expected, key=key)
+
+
+@settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "60")) // 2, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(session_streams(), st.integers(1, 49))
+def test_a_row_from_when_the_bucket_ran_propagation_hands_its_state_to_the_driver(events, cut):
+    """A checkpoint written when the buckets ran ZooKeeper-era propagation:
+    the batch that migrates the row hands the bucket's propagation state to
+    the driver's stage (once; the row saved after holds none), so the
+    records before and after the upgrade are one engine's."""
+    from isr.pipeline.listeners import standard_listeners
+    from isr.stream.operator import Bucket
+    from isr.stream.propagation import PropagationStage
+
+    monitor = MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000,
+                              allowed_lateness_ms=1000, propagation="zk")
+    ref = local_engine(monitor)
+    for seq, ev in enumerate(events):
+        ref.submit(ev, seq)
+    ref.finish()
+    expected = [d.model_dump_json() for d in ref.take_decisions()
+                if d.type == "isr_propagation"]
+    cut = min(cut, len(events) - 1)
+    p = BucketProcessor(monitor)
+    # Before: the bucket ran the propagation listener itself (one bucket, so
+    # its records were one engine's).
+    touched = StateThrottle(0)
+    old = Bucket(LocalEngine(monitor, listeners=standard_listeners(monitor) + [touched],
+                             external_watermark=True), touched, (0, 1))
+    first = process(p, old, [pack(events[:cut], topic="e.jsonl", partition=-1)])
+    written = [r.value for r in first if r.kind == "isr_propagation"]
+    state = p.save(old)
+    # After: the buckets do not run it; the driver's stage does.
+    stage = PropagationStage(_Store(), several_policies=True)
+    rest = [events[cut:cut + 5], events[cut + 5:]] if len(events) > cut + 5 else [events[cut:]]
+    start = cut
+    for batch_id, part in enumerate(rest, start=1):
+        last = part is rest[-1]
+        bucket = p.restore(state, (0, 1))
+        out = process(p, bucket, [pack(part, first_offset=start, topic="e.jsonl", partition=-1,
+                                       end_ts=max(e.ts for e in events) if last else None)])
+        handed = [r for r in out if r.kind == "propagation_state"]
+        assert len(handed) <= (1 if batch_id == 1 else 0)
+        assert not of_kind(out, "isr_propagation")
+        written += [r.value for r in stage.batch(batch_id, out) if r.kind == "isr_propagation"]
+        state = p.save(bucket)
+        assert b'"propagation"' not in decompress_state(state)
+        start += len(part)
+
+    def key(value: str) -> tuple:
+        d = json.loads(value)
+        return d["ts"], d["policy"], d["broker"]
+
+    assert sorted(written, key=key) == sorted(expected, key=key)

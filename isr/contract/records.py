@@ -20,7 +20,11 @@ WATERMARK = "watermark"  # the watermark a bucket reached in the batch (ts)
 # partition_state objects: the metrics' feed, whatever output.state_interval_ms
 # lets through to the state topic.
 PARTITION_METRICS = "partition_metrics"
-INTERNAL_KINDS = frozenset({SUMMARY, WATERMARK, PARTITION_METRICS})
+# The ZooKeeper-era propagation state a bucket's row held when the buckets
+# ran it (before it moved to the driver, stream/propagation.py): handed to
+# the driver's stage once, in the batch that migrates the row.
+PROPAGATION_STATE = "propagation_state"
+INTERNAL_KINDS = frozenset({SUMMARY, WATERMARK, PARTITION_METRICS, PROPAGATION_STATE})
 
 
 class OutputRecord(NamedTuple):

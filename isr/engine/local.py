@@ -113,6 +113,9 @@ class LocalEngine:
         # earlier next_check decides the same (the first check that can
         # shrink is computed from its followers, which did not move).
         self.dirty: dict[int, PartitionModel] = {}
+        # Listener states a restored row held that no listener of this engine
+        # takes, by name (engine/snapshot.py): a stage that moved elsewhere.
+        self.unclaimed: dict[str, Any] = {}
 
     def listener(self, kind: type) -> Optional[Listener]:
         return next((l for l in self.listeners if isinstance(l, kind)), None)

@@ -39,6 +39,26 @@ class ZkPropagation(Listener):
     def to_state(self) -> list:
         return [[p.to_list() for p in self.propagations.values()], self.backlog]
 
+    def absorb(self, state: list) -> None:
+        """Merge in another ZkPropagation's state (`to_state`): the
+        partitions waiting under each leader, its latest change, propagation
+        and tick. The Spark buckets each ran one over their share of a
+        leader's partitions before the driver ran one for all
+        (stream/propagation.py); their states merge into that one."""
+        rows, backlog = state
+        for row in rows:
+            p = Propagation.from_list(row)
+            key = (p.policy, p.cluster, p.broker)
+            held = self.propagations.get(key)
+            if held is None:
+                self.propagations[key] = p
+                continue
+            held.waiting |= p.waiting
+            held.last_change = max(held.last_change, p.last_change)
+            held.last_propagation = max(held.last_propagation, p.last_propagation)
+            held.next_tick = max(held.next_tick, p.next_tick)
+        self.backlog.extend(backlog)
+
     def from_state(self, state: list) -> None:
         rows, self.backlog = state
         for row in rows:

@@ -108,10 +108,7 @@ def restore(monitor: MonitorSettings, blob: bytes,
     engine.ignored = Counter(data["ignored"])
     if "sessions" in data:  # absent from states written before fetch sessions
         engine.session_driver.from_list(data["sessions"])
-    states = data["listeners"]
-    for listener in engine.listeners:
-        if listener.name in states:
-            listener.from_state(states[listener.name])
+    _hand_listeners(engine, data["listeners"], lambda l, s: l.from_state(s))
     engine.rebuild_index()  # now: see its docstring
     return engine
 
@@ -220,11 +217,19 @@ def apply_delta(engine: LocalEngine, blob) -> None:
     engine.session_driver.last = {s.sid: s.log[-1] for s in S.by_sid.values() if s.log}
     S.unbound = {(c, l, r): sid for c, l, r, sid in unbound}
     S.next_sid, S.anomalies, S.order = next_sid, Counter(anomalies), order
-    states = data["listeners"]
+    _hand_listeners(engine, data["listeners"], lambda l, s: l.apply_state_delta(s))
+    engine._restored()  # the checks the delta's batch ran
+
+
+def _hand_listeners(engine: LocalEngine, states: dict, give) -> None:
+    """Each listener's saved state to it; a state no listener takes is kept
+    in `engine.unclaimed` (a stage that moved: the caller hands it on)."""
+    names = set()
     for listener in engine.listeners:
         if listener.name in states:
-            listener.apply_state_delta(states[listener.name])
-    engine._restored()  # the checks the delta's batch ran
+            give(listener, states[listener.name])
+        names.add(listener.name)
+    engine.unclaimed.update((n, s) for n, s in states.items() if n not in names)
 
 
 def _unindex(S, session) -> None:

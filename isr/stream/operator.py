@@ -27,7 +27,8 @@ import pyarrow as pa
 
 from isr.config import MonitorSettings
 from isr.contract.decisions import DeadLetter
-from isr.contract.records import PARTITION_METRICS, SUMMARY, WATERMARK, OutputRecord, to_record
+from isr.contract.records import (PARTITION_METRICS, PROPAGATION_STATE, SUMMARY, WATERMARK,
+                                  OutputRecord, to_record)
 from isr.engine import snapshot
 from isr.engine.local import LocalEngine
 from isr.engine.sequencer import LATE
@@ -237,6 +238,10 @@ class BucketProcessor:
     def _emit(self, engine: LocalEngine, states: list, dead: list[DeadLetter],
               internal: list[OutputRecord]) -> list[OutputRecord]:
         out = [*internal, *(to_record(d, self.several) for d in engine.take_decisions())]
+        handed = engine.unclaimed.get("propagation")
+        if handed:  # a row from when the buckets ran it: the driver's stage takes it on
+            out.append(OutputRecord(PROPAGATION_STATE, "propagation", "propagation_state",
+                                    engine.sequencer.external_watermark, json.dumps(handed)))
         out.extend(to_record(s, self.several) for s in states)
         out.extend(to_record(d) for d in dead)
         return out

@@ -25,7 +25,8 @@ from __future__ import annotations
 import json
 from typing import Optional, Protocol
 
-from isr.contract.records import SUMMARY, WATERMARK, OutputRecord, to_record
+from isr.contract.records import (PROPAGATION_STATE, SUMMARY, WATERMARK, OutputRecord,
+                                  to_record)
 from isr.engine.propagation import ZkPropagation
 
 STATE_DIR = "isr-propagation"
@@ -72,6 +73,12 @@ class PropagationStage:
 
     def batch(self, batch_id: int, records: list[OutputRecord]) -> list[OutputRecord]:
         listener = self._restore(batch_id)
+        # Rows written when the buckets ran propagation hand their states on
+        # in the batch that migrates them (operator.py): merged here, once.
+        for r in records:
+            if r.kind == PROPAGATION_STATE:
+                listener.absorb(json.loads(r.value))
+        records = [r for r in records if r.kind != PROPAGATION_STATE]
         out: list = []
         changes = sorted((Change(json.loads(r.value)) for r in records
                           if r.kind == "isr_change"),

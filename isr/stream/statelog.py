@@ -251,10 +251,13 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
     else:
         stored.chunks = []  # all applied (the end of a bounded input)
     models = sum(len(parts) for parts in engine.partitions.values())
-    if (stored.snapshot is None or len(stored.log) >= COMPACT_AFTER
+    if (stored.snapshot is None or engine.unclaimed or len(stored.log) >= COMPACT_AFTER
             or stored.log_bytes > LOG_SHARE * len(stored.snapshot)
             or len(engine.dirty) > DIRTY_SHARE * models):
         snapshot.clear_changes(engine)
+        # A whole snapshot also drops the states no listener takes any more
+        # (engine.unclaimed: handed on by this batch's outputs).
+        engine.unclaimed = {}
         stored.snapshot = _compress(snapshot.snapshot(engine, with_queue=False))
         stored.log, stored.log_bytes = [], 0
         stored.versions = []
