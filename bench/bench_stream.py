@@ -33,6 +33,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("ISR_SPARK_LOG_LEVEL", "ERROR")
 
 import orjson  # noqa: E402
+from cputime import tree_cpu_seconds  # noqa: E402
 from gen import stream  # noqa: E402
 
 from isr.config import load_settings  # noqa: E402
@@ -155,29 +156,7 @@ def _own_worker_pool(spark) -> None:
 
 def _tree_cpu_seconds() -> float:
     """utime + stime of this process and every live descendant (/proc)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    parent_of, cpu = {}, {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parent_of[int(pid)] = int(fields[1])
-        cpu[int(pid)] = (int(fields[11]) + int(fields[12])) / ticks
-    mine, total = {os.getpid()}, 0.0
-    changed = True
-    while changed:
-        changed = False
-        for pid, parent in parent_of.items():
-            if parent in mine and pid not in mine:
-                mine.add(pid)
-                changed = True
-    for pid in mine:
-        total += cpu.get(pid, 0.0)
-    return total
+    return tree_cpu_seconds(os.getpid())
 
 
 def _digest(ids: list[str]) -> str:

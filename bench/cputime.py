@@ -33,6 +33,24 @@ def _stats() -> dict[int, tuple[int, float]]:
     return out
 
 
+def descendants(stats: dict, roots: set[int]) -> set[int]:
+    """`roots` and every process below them in `stats` (`_stats`)."""
+    mine, grew = set(roots), True
+    while grew:
+        grew = False
+        for pid, (parent, _cpu) in stats.items():
+            if parent in mine and pid not in mine:
+                mine.add(pid)
+                grew = True
+    return mine
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of `root` and its live descendants, now."""
+    stats = _stats()
+    return sum(stats[pid][1] for pid in descendants(stats, {root}) if pid in stats)
+
+
 def main() -> int:
     argv = sys.argv[1:]
     if argv[:1] == ["--"]:
@@ -42,13 +60,7 @@ def main() -> int:
     mine, seen = {child.pid}, {}
     while child.poll() is None:
         stats = _stats()
-        grew = True
-        while grew:
-            grew = False
-            for pid, (parent, _cpu) in stats.items():
-                if parent in mine and pid not in mine:
-                    mine.add(pid)
-                    grew = True
+        mine = descendants(stats, mine)  # once seen, kept: a parent may end first
         for pid in mine:
             if pid in stats:
                 seen[pid] = stats[pid][1]

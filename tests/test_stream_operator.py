@@ -432,6 +432,20 @@ def test_buckets_applying_session_shares_decide_as_one_engine(events, buckets, c
         json.loads(s.model_dump_json()) for s in ref.states()]
 
 
+def _propagations(monitor, events) -> list[str]:
+    """The isr_propagation records of one engine over `events` (isr replay)."""
+    ref = local_engine(monitor)
+    for seq, ev in enumerate(events):
+        ref.submit(ev, seq)
+    ref.finish()
+    return [d.model_dump_json() for d in ref.take_decisions() if d.type == "isr_propagation"]
+
+
+def _by_leader(value: str) -> tuple:
+    d = json.loads(value)
+    return d["ts"], d["policy"], d["broker"]
+
+
 class _Store:
     """PropagationStage's states in a dict (the job's: the checkpoint)."""
 
@@ -459,12 +473,7 @@ def test_propagation_after_the_buckets_is_one_engines(events, buckets, cuts):
 
     monitor = MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000,
                               allowed_lateness_ms=1000, propagation="zk")
-    ref = local_engine(monitor)
-    for seq, ev in enumerate(events):
-        ref.submit(ev, seq)
-    ref.finish()
-    expected = [d.model_dump_json() for d in ref.take_decisions()
-                if d.type == "isr_propagation"]
+    expected = _propagations(monitor, events)
     batches: list = []
     out = _bucket_outputs(monitor, events, buckets, cuts, batches)
     assert not of_kind(out, "isr_propagation")
@@ -472,11 +481,7 @@ def test_propagation_after_the_buckets_is_one_engines(events, buckets, cuts):
     for batch_id, batch in enumerate(batches):
         stage = PropagationStage(store, several_policies=True)  # as after a restart
         written += [r for r in stage.batch(batch_id, batch) if r.kind == "isr_propagation"]
-    def key(value: str) -> tuple:
-        d = json.loads(value)
-        return d["ts"], d["policy"], d["broker"]
-
-    assert sorted((r.value for r in written), key=key) == sorted(expected, key=key)
+    assert sorted((r.value for r in written), key=_by_leader) == sorted(expected, key=_by_leader)
 
 
 @settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "60")) // 2, deadline=None,
@@ -493,12 +498,7 @@ def test_a_row_from_when_the_bucket_ran_propagation_hands_its_state_to_the_drive
 
     monitor = MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000,
                               allowed_lateness_ms=1000, propagation="zk")
-    ref = local_engine(monitor)
-    for seq, ev in enumerate(events):
-        ref.submit(ev, seq)
-    ref.finish()
-    expected = [d.model_dump_json() for d in ref.take_decisions()
-                if d.type == "isr_propagation"]
+    expected = _propagations(monitor, events)
     cut = min(cut, len(events) - 1)
     p = BucketProcessor(monitor)
     # Before: the bucket ran the propagation listener itself (one bucket, so
@@ -526,8 +526,4 @@ def test_a_row_from_when_the_bucket_ran_propagation_hands_its_state_to_the_drive
         assert b'"propagation"' not in decompress_state(state)
         start += len(part)
 
-    def key(value: str) -> tuple:
-        d = json.loads(value)
-        return d["ts"], d["policy"], d["broker"]
-
-    assert sorted(written, key=key) == sorted(expected, key=key)
+    assert sorted(written, key=_by_leader) == sorted(expected, key=_by_leader)

@@ -125,15 +125,7 @@ class LocalEngine:
         """Offer one validated event; it is applied once the watermark passes it.
         Returns `late` or `future` at once, else `applied`; a model rejection of
         the event once released goes to `on_reject`."""
-        ts, sequencer = event.ts, self.sequencer  # submit_raw, inline: once per event
-        verdict = sequencer.offer(ts, seq, event, origin)
-        if verdict is not None:
-            return Outcome(verdict, sequencer.refusal(verdict, ts))
-        if ts > self.max_ts:
-            self.max_ts = ts
-        if len(sequencer.queued) >= sequencer.release_at:
-            self._run(sequencer.release())
-        return APPLIED
+        return self.submit_raw(event.ts, event, seq, origin)
 
     def submit_raw(self, ts: int, event, seq: int, origin: Any = None) -> Outcome:
         """`submit` for an event that may still be its raw JSON bytes, already
@@ -210,8 +202,7 @@ class LocalEngine:
         outcome = APPLIED
         key = (event.cluster, event.topic, event.partition)
         brokers = self.brokers.get(event.cluster) or self._brokers_of(event.cluster)
-        scratch, out, dirty = self._scratch, self.decisions, self.dirty
-        on_advance, on_event = self._on_advance, self._on_event
+        apply_to = self._apply_to_model
         first = True
         for policy, parts in self.partitions.items():
             model = parts.get(key)
@@ -219,27 +210,7 @@ class LocalEngine:
                 model = parts[key] = PartitionModel.first_seen(
                     self.rules[policy], event, self.monitor.min_isr_for(event.topic))
                 self._register(model)
-            # _apply_to_model(model, event, brokers), inline: this runs for
-            # every event and policy.
-            if ts <= self.reached:
-                self._settle(model)
-            if not model.due_dirty:  # deadlines.touch, inline
-                model.due_dirty = True
-                self.deadlines.dirty.append(model)
-            if model.sessions:
-                self.session_driver.catch_up(model)
-            dirty[id(model)] = model
-            if ts > model.next_check:  # else no check instant lies before ts
-                model.advance(ts, False, brokers, scratch)
-                if scratch:
-                    self._dispatch(model)
-            for hook in on_advance:
-                hook(model, ts, False, out)
-            result = model.apply(event, brokers, scratch)
-            if scratch:
-                self._dispatch(model)
-            for hook in on_event:
-                hook(model, event, result, out)
+            result = apply_to(model, event, brokers)
             if first and result is not None:
                 outcome = Outcome(result[0], result[1])
                 if result[0] == "ignored":
@@ -247,12 +218,12 @@ class LocalEngine:
             first = False
         return outcome
 
-    def _apply_to_model(self, model: PartitionModel, event, brokers: Brokers,
-                        catch_up: bool = True):
-        """One partition event to one policy's model, its listeners told (its
-        sessions' fetches first, unless this is one of them). `apply` has it
-        inline: a change here is a change there."""
-        ts, scratch, out = event.ts, self._scratch, self.decisions
+    def _prepare(self, model: PartitionModel, ts: int, brokers: Brokers,
+                 catch_up: bool) -> None:
+        """What comes before an event at `ts` reaches a model: the checks the
+        deadline index skipped, its sessions' fetches (unless this is one of
+        them), its checks up to `ts`, its listeners' time. Marks it changed."""
+        scratch = self._scratch
         if ts <= self.reached:
             self._settle(model)
         if not model.due_dirty:  # deadlines.touch, inline: this runs for every event and policy
@@ -261,18 +232,26 @@ class LocalEngine:
         if catch_up and model.sessions:
             self.session_driver.catch_up(model)
         self.dirty[id(model)] = model
-        # _advance(model, ts, False) inline: this runs for every event and policy.
+        # _advance(model, ts, False) inline
         if ts > model.next_check:  # else no check instant lies before ts
             model.advance(ts, False, brokers, scratch)
             if scratch:
                 self._dispatch(model)
+        out = self.decisions
         for hook in self._on_advance:
             hook(model, ts, False, out)
+
+    def _apply_to_model(self, model: PartitionModel, event, brokers: Brokers,
+                        catch_up: bool = True):
+        """One partition event to one policy's model, its listeners told (its
+        sessions' fetches first, unless this is one of them)."""
+        self._prepare(model, event.ts, brokers, catch_up)
+        scratch = self._scratch
         result = model.apply(event, brokers, scratch)
         if scratch:
             self._dispatch(model)
         for hook in self._on_event:
-            hook(model, event, result, out)
+            hook(model, event, result, self.decisions)
         return result
 
     def apply_fetch_values(self, key: tuple, replica: int, leader: int, leader_epoch: int,
@@ -301,21 +280,8 @@ class LocalEngine:
         """`_apply_to_model(model, fetch, brokers, catch_up)` for a fetch
         given as its values (`fetch_values` must hold): a session's fetch of
         a partition (sessions.py), without building the event."""
+        self._prepare(model, ts, brokers, catch_up)
         scratch, out = self._scratch, self.decisions
-        if ts <= self.reached:
-            self._settle(model)
-        if not model.due_dirty:  # deadlines.touch, inline
-            model.due_dirty = True
-            self.deadlines.dirty.append(model)
-        if catch_up and model.sessions:
-            self.session_driver.catch_up(model)
-        self.dirty[id(model)] = model
-        if ts > model.next_check:  # else no check instant lies before ts
-            model.advance(ts, False, brokers, scratch)
-            if scratch:
-                self._dispatch(model)
-        for hook in self._on_advance:
-            hook(model, ts, False, out)
         result = model.apply_fetch(replica, leader, leader_epoch, ts, fetch_ts, fetch_offset,
                                    leader_leo, broker_epoch, brokers, scratch)
         if scratch:

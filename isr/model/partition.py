@@ -181,12 +181,7 @@ class PartitionModel:
                 ts if received_ts is None else received_ts, event.fetch_offset,
                 event.leader_leo, -1 if broker_epoch is None else broker_epoch, brokers, out)
         ts = event.ts
-        if self.stall_check_at >= 0 and ts > confirm_by(self.rules, self.stall_check_at):
-            self.stall_check_at = self.stall_from = -1  # no fetch came in time
-        if ts > self.next_check:  # else no check instant lies before ts
-            self.advance(ts, False, brokers, out)
-        if ts > self.ts:
-            self.ts = ts
+        self._step_to(ts, brokers, out)
         if kind in LEADER_ACTIVITY and self._note_leader_activity(event):
             if self.stall_check_at >= 0 and kind in FOLLOWER_FETCHES:
                 self._resume_check(ts, brokers, out)
@@ -202,18 +197,23 @@ class PartitionModel:
             return None  # compared, never applied (IsrDivergence alert)
         return rejected(f"{kind} is not a partition event")
 
-    def apply_fetch(self, replica: int, leader: int, leader_epoch: int, ts: int, fetch_ts: int,
-                    fetch_offset: int, fetch_leader_leo: int, broker_epoch: int,
-                    brokers: Brokers, out: list) -> Optional[tuple[str, str]]:
-        """`apply` of a `fetch`, given as its values (`broker_epoch` -1: not
-        sent): a session fetch is applied without building the event
-        (isr/engine/sessions.py)."""
+    def _step_to(self, ts: int, brokers: Brokers, out: list) -> None:
+        """Before an event at `ts`: a suspected stall no fetch confirmed in
+        time is dropped, the checks before `ts` run, the model's time moves."""
         if self.stall_check_at >= 0 and ts > confirm_by(self.rules, self.stall_check_at):
             self.stall_check_at = self.stall_from = -1  # no fetch came in time
         if ts > self.next_check:  # else no check instant lies before ts
             self.advance(ts, False, brokers, out)
         if ts > self.ts:
             self.ts = ts
+
+    def apply_fetch(self, replica: int, leader: int, leader_epoch: int, ts: int, fetch_ts: int,
+                    fetch_offset: int, fetch_leader_leo: int, broker_epoch: int,
+                    brokers: Brokers, out: list) -> Optional[tuple[str, str]]:
+        """`apply` of a `fetch`, given as its values (`broker_epoch` -1: not
+        sent): a session fetch is applied without building the event
+        (isr/engine/sessions.py)."""
+        self._step_to(ts, brokers, out)
         if self.leader < 0:
             return NO_LEADER
         if leader_epoch != self.leader_epoch or leader != self.leader:
