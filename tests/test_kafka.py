@@ -97,3 +97,25 @@ def test_the_python_source_keeps_librdkafkas_names(monkeypatch):
     opts = job.source_options(s)
     assert opts["kafka.sasl.username"] == "isr" and opts["kafka.sasl.password"] == "pw"
     assert opts["maxOffsetsPerTrigger"] == "1000" and opts["failOnDataLoss"] == "true"
+
+
+def test_an_end_below_what_was_read_is_looked_at_again_before_the_job_stops(monkeypatch):
+    """A partition back from a broker restart (or led by a replica whose high
+    watermark has not caught up) can show an end below the offset read: the
+    source reads nothing from it for a while, and stops with the data-loss
+    line only if it stays below; back above, it is forgotten."""
+    from isr.errors import DataLossError
+    from isr.stream import source
+
+    reader = source.KafkaStreamReader({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"})
+    now = [1000.0]
+    monkeypatch.setattr(source.time, "monotonic", lambda: now[0])
+    assert reader._lost({"t/0": 300}, {"t/0": (0, 0)}) == {}
+    now[0] += source.WENT_BACK_GRACE_S - 1
+    assert reader._lost({"t/0": 300}, {"t/0": (0, 120)}) == {}
+    assert reader._lost({"t/0": 300}, {"t/0": (0, 300)}) == {}  # refilled: forgotten
+    now[0] += 5
+    assert reader._lost({"t/0": 300}, {"t/0": (0, 10)}) == {}  # below again: a new grace
+    now[0] += source.WENT_BACK_GRACE_S
+    with pytest.raises(DataLossError, match="offsets went back from 300 to 10"):
+        reader._lost({"t/0": 300}, {"t/0": (0, 10)})

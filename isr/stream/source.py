@@ -152,6 +152,11 @@ def _positions(offsets: dict) -> dict[str, int]:
     return {k: v for k, v in offsets.items() if not k.startswith("~")}
 
 
+# How long a partition's end may stay below the offset already read before
+# the job calls it lost (`_lost`).
+WENT_BACK_GRACE_S = 10.0
+
+
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options) -> None:
         # Spark hands options over case-insensitively (keys lower-cased).
@@ -172,6 +177,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.fail_on_data_loss = str(self.options.get("failondataloss", "true")).lower() != "false"
         self.outage_s = float(self.options.get("isr.outagetimeouts", DEFAULT_OUTAGE_S))
         self.latest: dict[str, int] = {}
+        self.went_back: dict[str, float] = {}  # partition -> when its end was first seen below
         self.target: Optional[dict[str, int]] = None  # Trigger.AvailableNow
         self.pack = pack_settings(self.options)
 
@@ -235,11 +241,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue  # not there now (a broker restarting): nothing to read yet
             low, high = marks[key]
             if high < begin:
+                # Looked at again for a while first: a partition back from a
+                # broker restart, or led by a replica whose high watermark has
+                # not caught up yet, can show an end below what was read.
+                seen = self.went_back.setdefault(key, time.monotonic())
+                if time.monotonic() - seen < WENT_BACK_GRACE_S:
+                    continue  # nothing to read from it meanwhile (latestOffset)
                 why = (f"input {key}: offsets went back from {begin} to {high} (was the topic "
                        "deleted and created again?)")
             elif low > begin:
                 why = f"input {key}: offsets {begin}..{low - 1} were deleted before they were read"
             else:
+                self.went_back.pop(key, None)
                 continue
             if self.fail_on_data_loss:
                 raise DataLossError(

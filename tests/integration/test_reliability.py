@@ -220,9 +220,11 @@ def test_a_new_checkpoint_under_the_same_name_writes_its_own_batches(broker, spa
 def test_a_broker_restart_is_ridden_out_and_lost_input_is_never_skipped(spark, tmp_path):
     """The broker dies mid-stream and comes back on the same port after a
     few seconds (memory storage: its topics come back as the test creates and
-    fills them). The job waits and carries on. Then the input topic comes
-    back shorter than what the job had read: it stops with the documented
-    line, never skipping in silence."""
+    fills them; until they are filled again the topic's end lies below what
+    the job read, which the source looks at again for WENT_BACK_GRACE_S
+    before calling it lost). The job waits and carries on. Then the input
+    topic comes back shorter than what the job had read, for good: it stops
+    with the documented line, never skipping in silence."""
     port = free_port()
     phase1, phase2 = workload.lines(with_bad=False)[:300], workload.lines(with_bad=False)[300:]
     with EmbeddedBroker(port=port) as broker:
