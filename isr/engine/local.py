@@ -420,7 +420,6 @@ class LocalEngine:
         if self.sequencer.external and self.sequencer.external_watermark >= 0:
             # The last advance_all ran to the external watermark (advance_watermark).
             self._reach(self.sequencer.external_watermark, False)
-            self._existed = self.model_count
 
     def _due_models(self, until: int, inclusive: bool) -> list[PartitionModel]:
         """The models a check up to `until` must visit, in the order a visit

@@ -78,7 +78,7 @@ def restore(monitor: MonitorSettings, blob: bytes,
     taken without it; its events are decoded when released. `blob` may also
     be a snapshot already decoded (`fold_log`).
     `deadline_index`: as LocalEngine's."""
-    data = orjson.loads(blob) if isinstance(blob, (bytes, bytearray, memoryview)) else blob
+    data = _decoded(blob)
     if data.get("v") != VERSION:
         raise StateVersionError(
             f"engine state version {data.get('v')} is not {VERSION}: it was written by "
@@ -187,7 +187,7 @@ def apply_delta(engine: LocalEngine, blob) -> None:
     restored from the snapshot before it."""
     from isr.model.session import Session
 
-    data = orjson.loads(blob) if isinstance(blob, (bytes, bytearray, memoryview)) else blob
+    data = _decoded(blob)
     if data.get("v") != VERSION:
         raise StateVersionError(f"engine state version {data.get('v')} is not {VERSION}")
     for policy, rows in data["partitions"].items():
@@ -219,6 +219,11 @@ def apply_delta(engine: LocalEngine, blob) -> None:
     S.next_sid, S.anomalies, S.order = next_sid, Counter(anomalies), order
     _hand_listeners(engine, data["listeners"], lambda l, s: l.apply_state_delta(s))
     engine._restored()  # the checks the delta's batch ran
+
+
+def _decoded(blob) -> dict:
+    """A snapshot or delta as JSON bytes, or one already decoded (fold_log)."""
+    return orjson.loads(blob) if isinstance(blob, (bytes, bytearray, memoryview)) else blob
 
 
 def _hand_listeners(engine: LocalEngine, states: dict, give) -> None:
