@@ -151,7 +151,6 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
     from confluent_kafka import Producer
 
     from isr.commands.demo_kafka import SparkStart
-    from isr.pipeline.streaming import StreamingPipeline
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     settings: Settings = load_settings(config, DEMO_OVERRIDES + list(overrides) + [
@@ -180,18 +179,29 @@ def _with_broker(broker, config: Optional[str], overrides: list[str], duration: 
             stages.print("stopping (Spark was still starting)...")
             return 0
         signal.signal(signal.SIGINT, lambda *_: stop.set())  # after Spark's own handler
-        stages.stage(f"Spark started ({settings.stream.master}); the job reads [cyan]{topic}[/] "
-                     f"and writes decisions to [cyan]{settings.output.changes_topic}[/]")
-        with StreamingPipeline(settings) as pipeline:
-            query = start_query(pipeline, spark, stop, stages)
-            if query is None:
-                return 0
-            return _show_changes(query, settings, broker.bootstrap, duration, stop, stages,
-                                 fault.due)
+        return run_job(spark, settings, topic, broker.bootstrap, duration, stop, stages,
+                       fault.due)
     finally:
         stop.set()
         producer.flush(5)
         gen.join(timeout=5)
+
+
+def run_job(spark, settings: Settings, topic: str, bootstrap: str, duration: Optional[float],
+            stop: threading.Event, stages: Stages, due: str,
+            partitions: Optional[int] = None) -> int:
+    """Both demos' last stage: the job on `topic`, its ISR changes printed
+    until stopped."""
+    from isr.pipeline.streaming import StreamingPipeline
+
+    stages.stage(f"Spark started ({settings.stream.master}); the job reads [cyan]{topic}[/] "
+                 f"and writes decisions to [cyan]{settings.output.changes_topic}[/]")
+    with StreamingPipeline(settings) as pipeline:
+        query = start_query(pipeline, spark, stop, stages)
+        if query is None:
+            return 0
+        return _show_changes(query, settings, bootstrap, duration, stop, stages, due,
+                             partitions=partitions)
 
 
 def start_query(pipeline, spark, stop: threading.Event, stages: Stages):

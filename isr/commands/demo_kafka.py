@@ -21,7 +21,7 @@ import time
 from typing import Optional
 
 from isr.config import Settings, load_settings
-from isr.commands.demo import Stages, _show_changes, start_query
+from isr.commands.demo import Stages, run_job
 
 FALL_BACK = -1000   # run_kafka_demo: Maven Central unreachable, use the embedded path
 PAUSED = 3          # the broker the demo pauses; the monitor's topics are on the others
@@ -202,7 +202,6 @@ def _now() -> str:
 def _with_cluster(cluster, settings: Settings, spark_start: SparkStart,
                   duration: Optional[float], stages: Stages, stop: threading.Event) -> int:
     from isr.kafka.load import Producing
-    from isr.pipeline.streaming import StreamingPipeline
     from isr.tap.live import RunningTaps, kafka_cluster_taps
 
     for sig in (signal.SIGINT, signal.SIGTERM):  # from now on a clean stop at the next look
@@ -235,14 +234,8 @@ def _with_cluster(cluster, settings: Settings, spark_start: SparkStart,
         spark = spark_start.session(stop)
         if spark is None:
             return 0
-        stages.stage(f"Spark started ({settings.stream.master}); the job reads [cyan]{topic}[/] "
-                     f"and writes decisions to [cyan]{settings.output.changes_topic}[/]")
-        with StreamingPipeline(settings) as pipeline:
-            query = start_query(pipeline, spark, stop, stages)
-            if query is None:
-                return 0
-            return _show_changes(query, settings, cluster.bootstrap, duration, stop, stages,
-                                 due, partitions=parts)
+        return run_job(spark, settings, topic, cluster.bootstrap, duration, stop, stages, due,
+                       partitions=parts)
     finally:
         stop.set()
         for t in threads:

@@ -168,31 +168,11 @@ def test_demo_shows_its_stages_then_isr_changes_without_spark_warnings(tmp_path)
          "--broker-port", str(DEMO_PORT), "--set", f"metrics.port={DEMO_PORT + 1}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)  # its own process group, as in a terminal
-    lines: "queue.Queue[str]" = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
-    seen: list[str] = []
     change = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} (shrink|expand) payments-\d ")
-    try:
-        deadline = time.monotonic() + 330
-        while not any(change.match(ln) for ln in seen) and time.monotonic() < deadline:
-            try:
-                seen.append(lines.get(timeout=1))
-            except queue.Empty:
-                assert proc.poll() is None, "".join(seen)[-3000:]
-        assert any(change.match(ln) for ln in seen), "".join(seen)[-3000:]
-        time.sleep(2)  # the rest of that batch's changes
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the demo, Spark's JVM, its workers
-        stopping = time.monotonic()
-        assert proc.wait(timeout=90) == 0, "".join(seen)[-3000:]
-        stop_s = time.monotonic() - stopping
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    time.sleep(0.5)
-    while not lines.empty():
-        seen.append(lines.get())
+    seen, code, stop_s = _until_then_stop(proc, lambda seen: any(map(change.match, seen)), 330,
+                                          settle_s=2)  # the rest of that batch's changes
     out = "".join(seen)
+    assert code == 0, out
     first = next(i for i, ln in enumerate(seen) if change.match(ln))
     stages = [ln for ln in seen[:first] if re.match(r"^\[\d/4\] \+\d+\.\d s ", ln)]
     names = ["broker up", "topics created", "Spark started", "first batch"]
@@ -219,29 +199,13 @@ def test_demo_stopped_by_sigterm_while_spark_plans_its_query_ends_at_once_and_qu
          "--broker-port", str(DEMO_PORT), "--set", f"metrics.port={DEMO_PORT + 1}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
-    lines, seen = _lines_of(proc), []
     errors: list[str] = []
     threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True).start()
-    try:
-        deadline = time.monotonic() + 300
-        while not any(ln.startswith("[3/4]") for ln in seen) and time.monotonic() < deadline:
-            try:
-                seen.append(lines.get(timeout=1))
-            except queue.Empty:
-                assert proc.poll() is None, "".join(seen)[-3000:]
-        assert any(ln.startswith("[3/4]") for ln in seen), "".join(seen)[-3000:]
-        time.sleep(0.3)  # the query is being planned
-        proc.send_signal(signal.SIGTERM)  # a service manager's stop: the demo's process only
-        stopping = time.monotonic()
-        code = proc.wait(timeout=60)
-        stop_s = time.monotonic() - stopping
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    time.sleep(2)  # what Spark's JVM and its workers print as they go
-    while not lines.empty():
-        seen.append(lines.get())
+    seen, code, stop_s = _until_then_stop(
+        proc, lambda seen: any(ln.startswith("[3/4]") for ln in seen), 300,
+        settle_s=0.3,  # the query is being planned
+        stop=lambda: proc.send_signal(signal.SIGTERM),  # a service manager's: the demo only
+        drain_s=2)  # what Spark's JVM and its workers print as they go
     out, err = "".join(seen), "".join(errors)
     assert code == 0, out + err
     assert "Traceback" not in out + err and "py4j" not in (out + err).lower(), out + err
@@ -250,10 +214,36 @@ def test_demo_stopped_by_sigterm_while_spark_plans_its_query_ends_at_once_and_qu
     assert not list(tmp_path.glob("isr-demo-*")), out
 
 
-def _lines_of(proc) -> "queue.Queue[str]":
+def _until_then_stop(proc, done, timeout_s: float, settle_s: float = 0.0, stop=None,
+                     drain_s: float = 0.5):
+    """Read a demo's output until done(lines seen) or timeout_s, then stop it
+    (by default Ctrl-C to its process group: the demo, Spark's JVM, its
+    workers, Kafka nodes) and wait for its exit. Returns the lines, the exit
+    code and how long the stop took; on any failure the group is killed."""
     lines: "queue.Queue[str]" = queue.Queue()
     threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
-    return lines
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not done(seen) and time.monotonic() < deadline:
+            try:
+                seen.append(lines.get(timeout=1))
+            except queue.Empty:
+                assert proc.poll() is None, "".join(seen)[-3000:]
+        assert done(seen), "".join(seen)[-3000:]
+        time.sleep(settle_s)
+        (stop or (lambda: os.killpg(proc.pid, signal.SIGINT)))()
+        stopping = time.monotonic()
+        code = proc.wait(timeout=90)
+        stop_s = time.monotonic() - stopping
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    time.sleep(drain_s)
+    while not lines.empty():
+        seen.append(lines.get())
+    return seen, code, stop_s
 
 
 @pytest.mark.kafka
@@ -276,33 +266,15 @@ def test_demo_on_a_real_cluster_shows_the_paused_brokers_shrink_and_expand(tmp_p
          str(DEMO_KAFKA_PORT), "--set", f"metrics.port={DEMO_KAFKA_PORT + 50}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
-    lines, seen = _lines_of(proc), []
     change = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} (shrink|expand) (payments-\d) replicas \[3\] ")
 
-    def shrunk_and_expanded() -> set:
+    def shrunk_and_expanded(seen: list[str]) -> set:
         found = [m.groups() for m in map(change.match, seen) if m]
         return {p for a, p in found if a == "shrink"} & {p for a, p in found if a == "expand"}
 
-    try:
-        deadline = time.monotonic() + 200
-        while not shrunk_and_expanded() and time.monotonic() < deadline:
-            try:
-                seen.append(lines.get(timeout=1))
-            except queue.Empty:
-                assert proc.poll() is None, "".join(seen)[-3000:]
-        assert shrunk_and_expanded(), "".join(seen)[-3000:]
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
-        stopping = time.monotonic()
-        assert proc.wait(timeout=90) == 0, "".join(seen)[-3000:]
-        stop_s = time.monotonic() - stopping
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    time.sleep(0.5)
-    while not lines.empty():
-        seen.append(lines.get())
+    seen, code, stop_s = _until_then_stop(proc, shrunk_and_expanded, 200)
     out = "".join(seen)
+    assert code == 0, out
     stages = [ln for ln in seen if re.match(r"^\[\d/4\] \+\d+\.\d s ", ln)]
     names = ["Kafka 4.", "topics created", "Spark started", "first batch"]
     assert [ln[:5] for ln in stages] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"], out
