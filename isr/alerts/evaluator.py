@@ -157,15 +157,21 @@ class AlertEvaluator:
         only the alerts that are not FETCH_STABLE. It can start only its own
         follower's lag, where that follower had none (it had never caught
         up, or it was at the LEO and truncated below it): started at once,
-        or its instant goes to `due`."""
+        or its instant goes to `due`. A fetch that brings to the LEO the
+        follower whose lag crossing `due` is (`due_lag`) makes `due` stale:
+        the scan then finds the next instant now, where the partition would
+        otherwise be woken at the stale one to find nothing (a scan at any
+        event decides the same)."""
         f = model.followers.get(replica)
         t = lag_crossing(f, model.leader_leo, P.lag_limit_ms) if P.lagging and f else None
         if t is not None:
             if t > ts:
                 if w.due is None or t < w.due:
-                    w.due = t
+                    w.due, w.due_lag = t, replica
             elif replica in model.isr and ("FollowerLagging", replica) not in w.alerts:
                 return False
+        elif w.due_lag == replica:
+            return False
         if not w.alerts:
             due = w.due  # due_by's common case, inline
         elif not self._fetch_keeps_alerts(w, model, replica, ts, P):
@@ -209,7 +215,7 @@ class AlertEvaluator:
         due = w.due
         params = self._params.get(w.topic) or self.params(w.topic)
         if params.lagging:
-            lagging, t = lag_crossings(model, ts, params)
+            lagging, t, _of = lag_crossings(model, ts, params)
             for r, _numbers in lagging:
                 if ("FollowerLagging", r) not in alerts:
                     return False
@@ -225,7 +231,12 @@ class AlertEvaluator:
                 return False
             if due is None or t < due:
                 due = t
-        w.due, w.t = due, ts
+        if due != w.due:
+            # Brought forward: not known to be one follower's lag (a busy
+            # partition's followers reach each new LEO soon, and a scan at
+            # each of those fetches would cost more than the stale instant).
+            w.due, w.due_lag = due, -1
+        w.t = ts
         return True
 
     def advance(self, w: Watch, view: PartitionView, until: int, inclusive: bool,
@@ -261,7 +272,7 @@ class AlertEvaluator:
     def _step(self, w: Watch, view: PartitionView, T: int, out: list) -> None:
         P = self._params.get(w.topic) or self.params(w.topic)  # params() once per topic
         w.flaps.prune(T, P.flap_window_ms)
-        holding, w.due = scan(w, view, T, P)
+        holding, w.due, w.due_lag = scan(w, view, T, P)
         repeat = self.cfg.repeat_interval_ms
         for key, numbers in holding.items():
             state = w.alerts.get(key)

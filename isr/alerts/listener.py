@@ -90,10 +90,11 @@ class AlertListener(Listener):
         # What after_fetch does at such a fetch, served in time, when it only
         # notes the event's time (_quiet_fetch: no lag to start at the LEO):
         # no alert, nothing moved since the last event, no slow or unserved
-        # fetch of the replica to forget, nothing due by ts.
+        # fetch of the replica to forget, nothing due by ts, no instant of
+        # its lag to drop.
         w = model.watch or self._watch(model)
         hw, stall, leader_leo = model.hw, w.stall, model.leader_leo
-        return (not w.alerts and w.leader_leo == leader_leo
+        return (not w.alerts and w.leader_leo == leader_leo and w.due_lag != replica
                 and w.replica_count == len(model.replicas)
                 and stall.hw == hw and stall.behind == (leader_leo > hw)
                 and replica not in w.served_ms and replica not in w.unserved
