@@ -21,14 +21,16 @@ class AlertListener(Listener):
 
     def _watch(self, model) -> Watch:
         """The model's watch, created or found by key (after a restore) and
-        then kept on the model (`model.watch`)."""
+        then kept on the model (`model.watch`). Only a watch created here
+        counts as changed: linking a restored one changes nothing (the hooks
+        that change a watch mark it themselves)."""
         key = (model.rules.policy, *model.key)
         w = self.watches.get(key)
         if w is None:
             w = self.watches[key] = Watch(model.cluster, model.topic, model.partition,
                                           model.rules.policy)
+            self.dirty[id(w)] = w
         model.watch = w
-        self.dirty[id(w)] = w
         return w
 
     # These hooks run for every event and policy: most return at once.
