@@ -4,9 +4,11 @@ definition implies; the lifecycle survives a restart from a snapshot."""
 from __future__ import annotations
 
 from helpers import T0, append, event, fetch, fetch_start, leader, run
+import orjson
 from hypothesis import HealthCheck, given, settings
 from strategies import event_streams
 
+from isr.alerts.listener import AlertListener
 from isr.config import AlertSettings, MonitorSettings
 from isr.contract.decisions import Alert, output_order
 from isr.engine import snapshot
@@ -256,6 +258,50 @@ def test_a_restart_from_a_snapshot_neither_refires_nor_loses_a_resolve():
         got = sorted([d for d in before + second.decisions if isinstance(d, Alert)],
                      key=lambda d: (d.ts, d.id))
         assert [d.id for d in got] == [d.id for d in sorted(expected, key=lambda d: (d.ts, d.id))]
+
+
+def test_a_fetch_that_brings_its_follower_to_the_leo_drops_the_lag_instant():
+    # At a leader event the followers' LEO is unknown, so the watch notes the
+    # instant their lag would cross 15 s. Their first fetches find them at the
+    # LEO: nothing is due before the silence limit (60 s after the last
+    # event), and a check up to 20 s visits no model (the partition used to
+    # be woken at 15.001 s to find nothing).
+    r = run([leader(0), fetch(500, 2, 0, 0), fetch(500, 3, 0, 0)])
+    engine, model = r.engine, r.model()
+    alerts = next(l for l in engine.listeners if l.name == "alerts")
+    assert alerts.next_due(model) == T0 + 60_501
+    visits = engine.visits
+    engine.advance_all(T0 + 20_000, inclusive=True)
+    assert engine.visits == visits
+    assert r.summary() == []
+
+
+def test_a_watch_saved_before_due_lag_restores_and_raises_the_same_alerts():
+    """A state row written before the watch noted whose lag its next instant
+    is (15 fields, no `due_lag`) restores as "not known": the instant is kept
+    until it comes, and every decision is the same."""
+    events = outage()
+    monitor = MonitorSettings(policy=["kafka"])
+    whole = local_engine(monitor)
+    whole.apply_in_order(events)
+    whole.finish()
+    for cut in (1_000, 26_000, 31_000):  # the watch's instant is a follower's lag
+        first = local_engine(monitor)
+        first.apply_in_order(e for e in events if e.ts < T0 + cut)
+        data = orjson.loads(snapshot.snapshot(first))
+        rows = data["listeners"]["alerts"]
+        assert [row[15] for row in rows] != [-1]  # the new field is saved ...
+        kept = snapshot.restore(monitor, orjson.dumps(data), listeners=standard_listeners(monitor))
+        assert [w.due_lag for w in kept.listener(AlertListener).watches.values()] == \
+            [row[15] for row in rows]  # ... and restored
+        data["listeners"]["alerts"] = [row[:15] for row in rows]
+        second = snapshot.restore(monitor, orjson.dumps(data),
+                                  listeners=standard_listeners(monitor))
+        assert [w.due_lag for w in second.listener(AlertListener).watches.values()] == [-1]
+        second.apply_in_order(e for e in events if e.ts >= T0 + cut)
+        second.finish()
+        assert sorted(first.decisions + second.decisions, key=output_order) == \
+            sorted(whole.decisions, key=output_order), cut
 
 
 def test_alert_records_are_alertmanager_shaped():

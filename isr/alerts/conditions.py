@@ -2,9 +2,10 @@
 
 `scan(watch, view, T, params)` returns which conditions hold at event time T
 (with the numbers for their descriptions, formatted only when an alert is
-sent) and the earliest later instant at which one could start or stop
+sent), the earliest later instant at which one could start or stop
 holding with no new input (a lag crossing its threshold, a silence getting
-long enough), so the evaluator can stop exactly there. It runs for most
+long enough), so the evaluator can stop exactly there, and the follower
+whose lag crossing that instant is (or -1). It runs for most
 events, so it is written as one pass over plain attributes. Nothing here
 reads a clock.
 """
@@ -50,10 +51,12 @@ class RuleParams:
 
 
 def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
-         ) -> tuple[dict[tuple[str, int], tuple], Optional[int]]:
-    """({(alertname, replica or PARTITION): numbers}, next instant > T to look again)."""
+         ) -> tuple[dict[tuple[str, int], tuple], Optional[int], int]:
+    """({(alertname, replica or PARTITION): numbers}, next instant > T to look
+    again, the follower whose lag crosses its limit then or -1)."""
     out: dict[tuple[str, int], tuple] = {}
     due = None
+    lag_due, lag_of = None, -1
     isr, leader = v.isr, v.leader
     n_rep, min_isr = len(v.replicas), v.min_isr
     under, at, alone = P.min_isr_rules
@@ -74,11 +77,11 @@ def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
             out[("IsrFlapping", PARTITION)] = (recent, P.flap_window_ms, P.flap_changes)
     leader_leo = v.leader_leo
     if P.lagging:
-        lagging, t = lag_crossings(v, T, P)
+        lagging, t, lag_of = lag_crossings(v, T, P)
         for r, numbers in lagging:
             out[("FollowerLagging", r)] = numbers
         if t is not None and (due is None or t < due):
-            due = t
+            due = lag_due = t
     if P.stalled:
         t = stall_crossing(w, v, P)
         if t is not None:
@@ -105,16 +108,16 @@ def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
             t = w.last_event_ts + P.silent_ms + 1
             if due is None or t < due:
                 due = t
-    return out, due
+    return out, due, (lag_of if lag_due is not None and due == lag_due else -1)
 
 
 def lag_crossings(v: PartitionView, T: int, P: RuleParams
-                  ) -> tuple[list[tuple[int, tuple]], Optional[int]]:
+                  ) -> tuple[list[tuple[int, tuple]], Optional[int], int]:
     """FollowerLagging over the ISR at T: ([(follower, numbers)] of those
     lagging, the next instant after T where another one's lag crosses the
-    limit, or None)."""
+    limit or None, and that follower or -1)."""
     lagging: list[tuple[int, tuple]] = []
-    due = None
+    due, due_of = None, -1
     limit, followers, leader_leo = P.lag_limit_ms, v.followers, v.leader_leo
     for r in v.isr:
         f = followers.get(r)
@@ -126,8 +129,8 @@ def lag_crossings(v: PartitionView, T: int, P: RuleParams
         if t <= T:
             lagging.append((r, (r, lag_ms(f, leader_leo, T), limit, f.leo, leader_leo)))
         elif due is None or t < due:
-            due = t
-    return lagging, due
+            due, due_of = t, r
+    return lagging, due, due_of
 
 
 def lag_crossing(f: Follower, leader_leo: int, limit: int) -> Optional[int]:

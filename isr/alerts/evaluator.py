@@ -71,10 +71,11 @@ class AlertEvaluator:
             self.after_fetch(w, model, event.replica, event.ts, event.fetch_ts, out)
             return
         ts = event.ts
-        known = w.leader_leo >= 0  # before this event (_note_event)
+        old_leo = w.leader_leo  # before this event (_note_event); -1: not known
         self._note_event(w, model, ts)
         if kind == "append":
-            if known and self._quiet_append(w, model, ts):
+            if old_leo >= 0 and (self._quiet_append(w, model, ts) if w.alerts else
+                                 self._quiet_append_alone(w, model, ts, old_leo)):
                 return
         elif kind == "fetch_start":
             w.unserved.setdefault(event.replica, ts)
@@ -157,15 +158,21 @@ class AlertEvaluator:
         only the alerts that are not FETCH_STABLE. It can start only its own
         follower's lag, where that follower had none (it had never caught
         up, or it was at the LEO and truncated below it): started at once,
-        or its instant goes to `due`."""
+        or its instant goes to `due`. A fetch that brings to the LEO the
+        follower whose lag crossing `due` is (`due_lag`) makes `due` stale:
+        the scan then finds the next instant now, where the partition would
+        otherwise be woken at the stale one to find nothing (a scan at any
+        event decides the same)."""
         f = model.followers.get(replica)
         t = lag_crossing(f, model.leader_leo, P.lag_limit_ms) if P.lagging and f else None
         if t is not None:
             if t > ts:
                 if w.due is None or t < w.due:
-                    w.due = t
+                    w.due, w.due_lag = t, replica
             elif replica in model.isr and ("FollowerLagging", replica) not in w.alerts:
                 return False
+        elif w.due_lag == replica:
+            return False
         if not w.alerts:
             due = w.due  # due_by's common case, inline
         elif not self._fetch_keeps_alerts(w, model, replica, ts, P):
@@ -200,8 +207,8 @@ class AlertEvaluator:
         stalled HW crosses its threshold: `due` takes them. (An earlier
         instant left in `due`, that this event put off, costs a scan there
         that finds nothing.)"""
-        alerts = w.alerts
-        if alerts and not all(name in APPEND_STABLE for name, _r in alerts):
+        alerts = w.alerts  # (none: _quiet_append_alone)
+        if not all(name in APPEND_STABLE for name, _r in alerts):
             return False
         now_due = self.due_by(w, ts)
         if now_due is not None and now_due <= ts:
@@ -209,7 +216,7 @@ class AlertEvaluator:
         due = w.due
         params = self._params.get(w.topic) or self.params(w.topic)
         if params.lagging:
-            lagging, t = lag_crossings(model, ts, params)
+            lagging, t, _of = lag_crossings(model, ts, params)
             for r, _numbers in lagging:
                 if ("FollowerLagging", r) not in alerts:
                     return False
@@ -225,7 +232,48 @@ class AlertEvaluator:
                 return False
             if due is None or t < due:
                 due = t
-        w.due, w.t = due, ts
+        if due != w.due:
+            # Brought forward: not known to be one follower's lag (a busy
+            # partition's followers reach each new LEO soon, and a scan at
+            # each of those fetches would cost more than the stale instant).
+            w.due, w.due_lag = due, -1
+        w.t = ts
+        return True
+
+    def _quiet_append_alone(self, w: Watch, model: PartitionView, ts: int,
+                            old_leo: int) -> bool:
+        """_quiet_append without an active alert (most appends). `due` is
+        no later than every lag crossing of an ISR follower that was behind
+        the old LEO `old_leo` (the scan that last set it saw each one, and
+        since then every fetch noted its own follower's, and every append
+        those of the followers it left behind, as here), and an append does
+        not move a follower's lastCaughtUpTime: so only the followers that
+        were at the old LEO can bring `due` forward or start a lag now."""
+        due = w.due
+        if due is not None and due <= ts:
+            return False
+        params = self._params.get(w.topic) or self.params(w.topic)
+        if params.lagging:
+            followers, leader_leo, limit = model.followers, model.leader_leo, params.lag_limit_ms
+            for r in model.isr:
+                f = followers.get(r)
+                if f is None or f.leo != old_leo:
+                    continue  # the leader, or its instant is in `due` already
+                t = lag_crossing(f, leader_leo, limit)
+                if t is not None:
+                    if t <= ts:
+                        return False
+                    if due is None or t < due:
+                        due = t
+        t = stall_crossing(w, model, params) if params.stalled else None
+        if t is not None:
+            if t <= ts:
+                return False
+            if due is None or t < due:
+                due = t
+        if due != w.due:
+            w.due, w.due_lag = due, -1  # (as _quiet_append)
+        w.t = ts
         return True
 
     def advance(self, w: Watch, view: PartitionView, until: int, inclusive: bool,
@@ -261,7 +309,7 @@ class AlertEvaluator:
     def _step(self, w: Watch, view: PartitionView, T: int, out: list) -> None:
         P = self._params.get(w.topic) or self.params(w.topic)  # params() once per topic
         w.flaps.prune(T, P.flap_window_ms)
-        holding, w.due = scan(w, view, T, P)
+        holding, w.due, w.due_lag = scan(w, view, T, P)
         repeat = self.cfg.repeat_interval_ms
         for key, numbers in holding.items():
             state = w.alerts.get(key)

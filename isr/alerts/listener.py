@@ -17,18 +17,22 @@ class AlertListener(Listener):
     def __init__(self, cfg: AlertSettings, replica_lag_time_max_ms: int) -> None:
         self.evaluator = AlertEvaluator(cfg, replica_lag_time_max_ms)
         self.watches: dict[tuple, Watch] = {}  # (policy, cluster, topic, partition) -> Watch
-        self.dirty: dict[int, Watch] = {}  # changed since the last state_delta, by id
+        # Changed since the last state_delta (keyed by the watch itself: hashed
+        # by identity, cheaper per event than id(w)).
+        self.dirty: dict[Watch, Watch] = {}
 
     def _watch(self, model) -> Watch:
         """The model's watch, created or found by key (after a restore) and
-        then kept on the model (`model.watch`)."""
+        then kept on the model (`model.watch`). Only a watch created here
+        counts as changed: linking a restored one changes nothing (the hooks
+        that change a watch mark it themselves)."""
         key = (model.rules.policy, *model.key)
         w = self.watches.get(key)
         if w is None:
             w = self.watches[key] = Watch(model.cluster, model.topic, model.partition,
                                           model.rules.policy)
+            self.dirty[w] = w
         model.watch = w
-        self.dirty[id(w)] = w
         return w
 
     # These hooks run for every event and policy: most return at once.
@@ -39,17 +43,17 @@ class AlertListener(Listener):
             self.evaluator.due_by(w, until)
         if due is None or due > until or (due == until and not inclusive):
             return  # the common case
-        self.dirty[id(w)] = w
+        self.dirty[w] = w
         self.evaluator.advance(w, model, until, inclusive, out)
 
     def on_change(self, model, change, out: list) -> None:
         w = model.watch or self._watch(model)
-        self.dirty[id(w)] = w
+        self.dirty[w] = w
         self.evaluator.on_change(w, model, change, out)
 
     def on_event(self, model, event, outcome, out: list) -> None:
         w = model.watch or self._watch(model)
-        self.dirty[id(w)] = w
+        self.dirty[w] = w
         if outcome is not None:  # ignored or rejected
             self.evaluator.after_ignored(w, model, event.ts, out)
         elif event.type == "fetch":  # most events: after_event's first step, inline
@@ -61,7 +65,7 @@ class AlertListener(Listener):
 
     def on_fetch(self, model, replica: int, ts: int, fetch_ts: int, outcome, out: list) -> None:
         w = model.watch or self._watch(model)
-        self.dirty[id(w)] = w
+        self.dirty[w] = w
         if outcome is None:
             self.evaluator.after_fetch(w, model, replica, ts, fetch_ts, out)
         else:  # ignored or rejected
@@ -71,7 +75,7 @@ class AlertListener(Listener):
         # A broker leaving can leave the partition leaderless with no ISR
         # change (the model's controller_removal).
         w = model.watch or self._watch(model)
-        self.dirty[id(w)] = w
+        self.dirty[w] = w
         self.evaluator.after_broker(w, model, event.ts, out)
 
     # Fetch sessions: a partition with an alert pending or firing hears every
@@ -90,10 +94,11 @@ class AlertListener(Listener):
         # What after_fetch does at such a fetch, served in time, when it only
         # notes the event's time (_quiet_fetch: no lag to start at the LEO):
         # no alert, nothing moved since the last event, no slow or unserved
-        # fetch of the replica to forget, nothing due by ts.
+        # fetch of the replica to forget, nothing due by ts, no instant of
+        # its lag to drop.
         w = model.watch or self._watch(model)
         hw, stall, leader_leo = model.hw, w.stall, model.leader_leo
-        return (not w.alerts and w.leader_leo == leader_leo
+        return (not w.alerts and w.leader_leo == leader_leo and w.due_lag != replica
                 and w.replica_count == len(model.replicas)
                 and stall.hw == hw and stall.behind == (leader_leo > hw)
                 and replica not in w.served_ms and replica not in w.unserved

@@ -36,12 +36,18 @@ class AtChange:
 class Watch:
     __slots__ = ("cluster", "topic", "partition", "policy", "t", "due", "stall",
                  "last_event_ts", "served_ms", "unserved", "reported", "flaps", "alerts",
-                 "alerts_due_floor", "leader_leo", "replica_count")
+                 "alerts_due_floor", "leader_leo", "replica_count", "due_lag")
 
     def __init__(self, cluster: str, topic: str, partition: int, policy: str) -> None:
         self.cluster, self.topic, self.partition, self.policy = cluster, topic, partition, policy
         self.t = -1                  # last instant evaluated
         self.due: Optional[int] = None  # next instant where a condition may flip by itself
+        # The follower whose FollowerLagging crossing `due` is (-1: none
+        # known, as in a row written before this field: `due` is then kept
+        # until it comes). A fetch that brings that follower to the leader's
+        # LEO makes `due` stale, so the evaluator looks again at once
+        # (_quiet_fetch) instead of waking the partition later for nothing.
+        self.due_lag = -1
         self.stall = HwStall()       # HighWatermarkStalled
         self.last_event_ts = -1      # last partition event (PartitionSilent)
         self.served_ms: dict[int, int] = {}  # follower -> how long its last fetch took to serve
@@ -64,14 +70,17 @@ class Watch:
                 s.hw, s.behind, s.since, self.last_event_ts,
                 sorted(self.served_ms.items()),
                 sorted(self.unserved.items()), self.reported, self.flaps.times,
-                [[name, r, *v] for (name, r), v in sorted(self.alerts.items())]]
+                [[name, r, *v] for (name, r), v in sorted(self.alerts.items())],
+                self.due_lag]
 
     @classmethod
     def from_list(cls, values: list) -> "Watch":
         (cluster, topic, partition, policy, t, due, hw, behind, since, last_event_ts,
-         served, unserved, reported, flaps, alerts) = values
+         served, unserved, reported, flaps, alerts) = values[:15]
         w = cls(cluster, topic, partition, policy)
         w.t, w.due = t, due
+        if len(values) > 15:  # a row written before due_lag keeps -1 (none known)
+            w.due_lag = values[15]
         w.stall = HwStall(hw, behind, since)
         w.last_event_ts = last_event_ts
         w.served_ms = {r: ms for r, ms in served}

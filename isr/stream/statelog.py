@@ -208,7 +208,6 @@ def _rebuild(processor, blob: bytes, header: dict, at: int, layout, version) -> 
     # is built once (most of a rebuild's cost is building models).
     folded, deltas = snapshot.fold_log(_decompress(snap), [_decompress(e) for e in log])
     bucket = processor.restore(None, layout, snapshot_blob=folded)
-    _link_watches(bucket.engine)
     try:
         _apply_log(bucket.engine, deltas, chunks)
     except snapshot.StateVersionError as exc:
@@ -216,26 +215,6 @@ def _rebuild(processor, blob: bytes, header: dict, at: int, layout, version) -> 
         raise version_error(exc) from None
     return Stored(bucket, snap, log, chunks, version,
                   [tuple(v) for v in header.get("versions", [])])
-
-
-def _link_watches(engine) -> None:
-    """Each model restored linked to its alert watch now. The alert listener
-    links a model to its watch on the model's first step, and counts the
-    watch as changed then (AlertListener._watch), so the first delta after a
-    rebuild would hold every watch of the bucket: as big as a snapshot, and
-    applied by every rebuild after it. Linked here, before the engine's
-    changes are cleared, only the watches a batch really changes are logged.
-    (The fix belongs in AlertListener._watch: count a watch changed only
-    when it creates it.)"""
-    from isr.alerts.listener import AlertListener
-
-    alerts = engine.listener(AlertListener)
-    if alerts is not None:
-        link = alerts._watch
-        for parts in engine.partitions.values():
-            for m in parts.values():
-                link(m)
-        alerts.dirty.clear()  # none changed: restored as the row has them
 
 
 def save(stored: Stored, arrived: list, key: tuple) -> bytes:
