@@ -226,19 +226,7 @@ class AlertEvaluator:
                     return False
             if t is not None and (due is None or t < due):
                 due = t
-        t = stall_crossing(w, model, params) if params.stalled else None
-        if t is not None:
-            if t <= ts:  # a stall that a fetch began, raising the LEO, may be over its limit
-                return False
-            if due is None or t < due:
-                due = t
-        if due != w.due:
-            # Brought forward: not known to be one follower's lag (a busy
-            # partition's followers reach each new LEO soon, and a scan at
-            # each of those fetches would cost more than the stale instant).
-            w.due, w.due_lag = due, -1
-        w.t = ts
-        return True
+        return self._append_settles(w, model, ts, params, due)
 
     def _quiet_append_alone(self, w: Watch, model: PartitionView, ts: int,
                             old_leo: int) -> bool:
@@ -265,6 +253,15 @@ class AlertEvaluator:
                         return False
                     if due is None or t < due:
                         due = t
+        return self._append_settles(w, model, ts, params, due)
+
+    @staticmethod
+    def _append_settles(w: Watch, model: PartitionView, ts: int, params: RuleParams,
+                        due: Optional[int]) -> bool:
+        """Both quiet appends' last step: whether the stalled HW has not
+        crossed its limit (a stall that a fetch began, raising the LEO, may
+        be over it), and `due` brought forward to the lags' instant `due`
+        or the stall's."""
         t = stall_crossing(w, model, params) if params.stalled else None
         if t is not None:
             if t <= ts:
@@ -272,7 +269,10 @@ class AlertEvaluator:
             if due is None or t < due:
                 due = t
         if due != w.due:
-            w.due, w.due_lag = due, -1  # (as _quiet_append)
+            # Brought forward: not known to be one follower's lag (a busy
+            # partition's followers reach each new LEO soon, and a scan at
+            # each of those fetches would cost more than the stale instant).
+            w.due, w.due_lag = due, -1
         w.t = ts
         return True
 
