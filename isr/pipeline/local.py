@@ -141,6 +141,7 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
     dead.sort(key=lambda d: (d.source, d.offset))  # as every engine reports them
     result = ReplayResult(sorted(decisions, key=output_order), engine.states(), dead, stats,
                           summary(engine, decisions))
+    engine.close()  # freed by reference counting when this returns, not by a GC pass
     if whatif is not None:
         whatif.finish(engine.max_ts)
         result.whatif, result.whatif_rows = whatif, whatif.rows(result.summary)
