@@ -36,7 +36,8 @@ def no_gc_passes():
     the end"). At the end, freeze + unfreeze moves what survived (the
     results) to the oldest generation and clears the young generation's
     count, so no pass over them comes due at once; any cyclic garbage of the
-    run is collected at the next full pass, as it would have been."""
+    run is collected at the next full pass, as it would have been. (Unfreezing
+    also thaws what a caller froze before; nothing in this project freezes.)"""
     enabled = gc.isenabled()
     gc.disable()
     try:
