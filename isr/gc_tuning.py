@@ -1,5 +1,5 @@
-"""Fewer cyclic garbage collector passes while the engine runs (replay and
-the Spark job's buckets).
+"""Fewer cyclic garbage collector passes while the engine runs (the Spark
+job's buckets), or none (`isr replay`).
 
 The engine allocates an object per event while holding many live ones
 (partition models, queued events); with CPython's default thresholds the
@@ -22,3 +22,28 @@ def fewer_gc_passes():
         yield
     finally:
         gc.set_threshold(*before)
+
+
+@contextmanager
+def no_gc_passes():
+    """No cyclic GC pass while a bounded run (`isr replay`) works, and none
+    owed for what it leaves. Its engine makes no cyclic garbage per event
+    (the passes of `fewer_gc_passes` found ~600 objects in a 20 k-partition
+    replay) and is freed by reference counting at the end
+    (`LocalEngine.close`). Yet each pass walks the young objects, and the
+    models are hundreds of thousands of them: passes took ~4 s of 21 at the
+    start of a 100 k-partition cluster (docs/benchmarks.md, "The start and
+    the end"). At the end, freeze + unfreeze moves what survived (the
+    results) to the oldest generation and clears the young generation's
+    count, so no pass over them comes due at once; any cyclic garbage of the
+    run is collected at the next full pass, as it would have been. (Unfreezing
+    also thaws what a caller froze before; nothing in this project freezes.)"""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.unfreeze()
+        if enabled:
+            gc.enable()

@@ -25,7 +25,7 @@ from isr.engine.local import LocalEngine
 from isr.engine.sequencer import FUTURE, LATE
 from isr.engine.summary import summary
 from isr.engine.whatif import WhatIf
-from isr.gc_tuning import fewer_gc_passes
+from isr.gc_tuning import no_gc_passes
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Line, Overlong, bounded_lines
 from isr.pipeline.listeners import standard_listeners
 from isr.pipeline.results import TOO_LONG, Progress, ReplayResult, ReplayStats, too_long
@@ -89,7 +89,7 @@ def replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Prog
     what-if report (result.whatif, result.whatif_rows). `merge`: interleave
     the files by ts (the outputs of several taps) instead of reading one after
     the other. A line over `max_line_bytes` is a `too_long` dead letter."""
-    with fewer_gc_passes():
+    with no_gc_passes():
         return _replay(sources, monitor, progress, whatif, merge, max_line_bytes)
 
 
@@ -141,6 +141,7 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
     dead.sort(key=lambda d: (d.source, d.offset))  # as every engine reports them
     result = ReplayResult(sorted(decisions, key=output_order), engine.states(), dead, stats,
                           summary(engine, decisions))
+    engine.close()  # freed by reference counting when this returns, not by a GC pass
     if whatif is not None:
         whatif.finish(engine.max_ts)
         result.whatif, result.whatif_rows = whatif, whatif.rows(result.summary)
