@@ -264,6 +264,20 @@ def test_sigterm_stops_a_waiting_command_within_seconds(tmp_path, name):
     assert "Traceback" not in err, err
 
 
+def test_sigterm_while_the_command_is_still_starting_is_a_clean_stop(tmp_path):
+    """A stop that comes while the command still imports its modules (1-2 s
+    here, longer on a busy machine) is exit code 130 too, not a kill (-15)."""
+    proc = subprocess.Popen([sys.executable, "-m", "isr.cli", *BLOCKED["run (before Spark)"]],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "ISR_CONFIG": "",
+                                            "PYTHONPATH": str(ROOT)})
+    time.sleep(0.4)  # Python is up, the commands are being imported
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("args", [
     ["tap", "request-log", "v13.log", "--broker", "1", "--topic-ids", NOBODY, "--to", "o.jsonl"],
     ["tap", "metadata", "--poll", NOBODY, "--to", "o.jsonl"],
