@@ -141,6 +141,7 @@ class Packer:
     def __init__(self, labels: Sequence[int], max_future_ms: int) -> None:
         self.labels = list(labels)
         self.max_future_ms = max_future_ms
+        self._buckets: dict[tuple, int] = {}  # (cluster, topic, partition) -> bucket_of
 
     def pack(self, keys: list, values: list, topics: list, partitions: list, offsets: list,
              clock_ms: Optional[int], behind: Optional[list] = None
@@ -156,25 +157,32 @@ class Packer:
         behind = behind or [False] * len(values)
         everyone = range(n)
         decoded = decode_many(values)  # a marker or a lost record decodes to a Rejection
+        sources: dict = {}  # (topic, partition) -> (source, its arrival tag): few per call
+        homes = self._buckets
         for key, value, topic, partition, offset, more, event in zip(
                 keys, values, topics, partitions, offsets, behind, decoded):
-            source = source_name(topic, partition)
+            known = sources.get((topic, partition))
+            if known is None:
+                source = source_name(topic, partition)
+                known = sources[(topic, partition)] = (source, _source_tag(source))
+            source = known[0]
             # A file reports the line number (its key), Kafka the offset.
             where = _line(key) if partition < 0 else offset
-            seq = arrival_seq(source, offset)
-            if partition < 0 and value == END_OF_RUN:  # to every bucket, like end of input
-                row = (None, seq, value, source, where, None, None, None, None, None)
-                for b in everyone:
-                    rows[b].append(row)
-                continue
-            if partition < 0 and is_end_of_input(value, partition):
-                row = (None, seq, value, source, where, None, None, _line(key), None, None)
-                for b in everyone:
-                    rows[b].append(row)
-                continue
+            seq = offset * (1 << 20) + known[1]  # arrival_seq(source, offset)
+            if partition < 0 and value and value[:1] == b"\x00":  # a marker of our own
+                if value == END_OF_RUN:  # to every bucket, like end of input
+                    row = (None, seq, value, source, where, None, None, None, None, None)
+                    for b in everyone:
+                        rows[b].append(row)
+                    continue
+                if is_end_of_input(value, partition):
+                    row = (None, seq, value, source, where, None, None, _line(key), None, None)
+                    for b in everyone:
+                        rows[b].append(row)
+                    continue
             if offset < 0 and is_data_loss(partition, offset):
                 event, reason, reason_class = None, _text(value), "data_loss"
-            elif isinstance(event, Rejection) or clock_ms is not None:
+            elif event.__class__ is Rejection or clock_ms is not None:
                 event, reason, reason_class = self._judge(event, clock_ms)
             # else: a valid event, and no clock to judge it against
             if event is None:
@@ -199,8 +207,12 @@ class Packer:
             if scope == BROKER:  # every partition of its cluster
                 for b in everyone:
                     rows[b].append(row)
-            else:
-                rows[bucket_of(event.cluster, event.topic, event.partition, n)].append(row)
+                continue
+            at = (event.cluster, event.topic, event.partition)
+            b = homes.get(at)
+            if b is None:
+                b = homes[at] = bucket_of(*at, n)
+            rows[b].append(row)
         summary = orjson.dumps(latest)
         return [(label, _ipc_rows(bucket_rows) if bucket_rows else b"", summary)
                 for label, bucket_rows in zip(self.labels, rows)]
@@ -269,12 +281,16 @@ def pack_batch(packer: Packer, batch, clock_ms: Optional[int]):
     """One Arrow batch of the sources' columns as PACKED_SCHEMA's rows: one
     per bucket. Used by the packing stage and by the Python Kafka source,
     which packs as it reads (`input.source = "python"`)."""
+    return packed_batch(packer.pack(
+        batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+        batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
+        batch.column("offset").to_pylist(), clock_ms, batch.column("behind").to_pylist()))
+
+
+def packed_batch(out: list[tuple[int, bytes, bytes]]):
+    """`Packer.pack`'s rows as an Arrow batch of PACKED_SCHEMA."""
     import pyarrow as pa
 
-    out = packer.pack(batch.column("key").to_pylist(), batch.column("value").to_pylist(),
-                      batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
-                      batch.column("offset").to_pylist(), clock_ms,
-                      batch.column("behind").to_pylist())
     return pa.RecordBatch.from_pydict(
         {"bucket": pa.array([label for label, _p, _s in out], pa.int32()),
          "pack": pa.array([p for _l, p, _s in out], pa.binary()),
