@@ -15,7 +15,7 @@ checks up to that time.
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from typing import Iterator, Optional
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -80,14 +80,26 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int(limit) if limit else None
         self.pack = pack_settings(options)  # packs as it reads (source.pack_option)
         self.max_line_bytes = int(opts.get("max_line_bytes") or DEFAULT_MAX_LINE_BYTES)
-        self.starts = [line_starts(p, self.max_line_bytes) for p in self.paths]
-        # Global row index -> (file, line within file); +1 for the end row.
-        self.total = sum(len(s) for s in self.starts) + 1
+        self._starts: Optional[list[list[tuple[int, int]]]] = None
+
+    @property
+    def starts(self) -> list[list[tuple[int, int]]]:
+        """Each file's line_starts, read when first needed: Spark makes
+        readers in processes that only plan, where a whole pass over the
+        input would be spent for nothing."""
+        if self._starts is None:
+            self._starts = [line_starts(p, self.max_line_bytes) for p in self.paths]
+        return self._starts
+
+    @property
+    def total(self) -> int:
+        """Rows over all files, +1 for the end row."""
+        return sum(len(s) for s in self.starts) + 1
 
     def __getstate__(self) -> dict:
         # Spark pickles the reader into every read task, which needs only its
         # LineRange: leave the (large) line index on the driver.
-        return {**self.__dict__, "starts": None}
+        return {**self.__dict__, "_starts": None}
 
     def initialOffset(self) -> dict:
         return {"row": 0}
