@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, bounded_lines
-from isr.stream.packing import END_OF_INPUT, Packer, packed_batch
+from isr.stream.packing import END_OF_INPUT, Packer, fewer_gc_passes_while, packed_batch
 from isr.sinks.progress import RECORDS
 from isr.stream.source import pack_settings, record_batch, source_schema
 
@@ -137,8 +137,8 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: LineRange) -> Iterator:
         if self.pack is None:
-            return read_lines(partition)
-        return packed_lines(partition, self.pack)  # no clock: a replay
+            return fewer_gc_passes_while(read_lines(partition))
+        return fewer_gc_passes_while(packed_lines(partition, self.pack))  # no clock: a replay
 
 
 BLOCK_BYTES = 1 << 22  # what `_block_lines` reads at a time
