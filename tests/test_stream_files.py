@@ -98,7 +98,8 @@ def test_ranges_read_and_pack_the_same_lines_as_line_by_line(tmp_path_factory, d
                                                b.column("offset").to_pylist())]
     assert got == expected
     pack = {"labels": [0, 1, 2], "max_future_ms": 60_000}
-    direct, through_arrow = list(packed_lines(r, pack)), list(packed_batches(pack, iter(batches), None))
+    direct = list(packed_lines(r, pack))
+    through_arrow = list(packed_batches(pack, iter(batches), None))
     assert unpacked(direct) == unpacked(through_arrow)
     assert summaries(direct) == summaries(through_arrow)
 

@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, bounded_lines
+from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong
 from isr.stream.packing import END_OF_INPUT, Packer, fewer_gc_passes_while, packed_batch
 from isr.sinks.progress import RECORDS
 from isr.stream.source import pack_settings, record_batch, source_schema

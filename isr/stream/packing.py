@@ -158,18 +158,16 @@ class Packer:
         behind = behind or [False] * len(values)
         everyone = range(n)
         decoded = decode_many(values)  # a marker or a lost record decodes to a Rejection
-        sources: dict = {}  # (topic, partition) -> (source, its arrival tag): few per call
+        sources: dict = {}  # (topic, partition) -> source_name: few per call
         homes = self._buckets
         for key, value, topic, partition, offset, more, event in zip(
                 keys, values, topics, partitions, offsets, behind, decoded):
-            known = sources.get((topic, partition))
-            if known is None:
-                source = source_name(topic, partition)
-                known = sources[(topic, partition)] = (source, _source_tag(source))
-            source = known[0]
+            source = sources.get((topic, partition))
+            if source is None:
+                source = sources[(topic, partition)] = source_name(topic, partition)
             # A file reports the line number (its key), Kafka the offset.
             where = _line(key) if partition < 0 else offset
-            seq = offset * (1 << 20) + known[1]  # arrival_seq(source, offset)
+            seq = arrival_seq(source, offset)
             if partition < 0 and value and value[:1] == b"\x00":  # a marker of our own
                 if value == END_OF_RUN:  # to every bucket, like end of input
                     row = (None, seq, value, source, where, None, None, None, None, None)
@@ -183,7 +181,7 @@ class Packer:
                     continue
             if offset < 0 and is_data_loss(partition, offset):
                 event, reason, reason_class = None, _text(value), "data_loss"
-            elif event.__class__ is Rejection or clock_ms is not None:
+            elif isinstance(event, Rejection) or clock_ms is not None:
                 event, reason, reason_class = self._judge(event, clock_ms)
             # else: a valid event, and no clock to judge it against
             if event is None:
@@ -302,7 +300,8 @@ def fewer_gc_passes_while(batches: Iterator) -> Iterator:
     """The batches of a reader or of the packing stage, made with the
     collector's thresholds raised as a bucket's work is (gc_tuning): with
     CPython's defaults the collector kept walking the decoded events and the
-    rows being packed, about half of a read task's CPU (docs/benchmarks.md)."""
+    rows being packed (in one measurement half of a read task's CPU,
+    docs/benchmarks.md)."""
     with fewer_gc_passes():
         yield from batches
 

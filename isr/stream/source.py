@@ -17,7 +17,8 @@ from typing import Iterator, Optional
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from isr.errors import DataLossError
-from isr.stream.packing import END_OF_RUN, PACKED_SCHEMA, Packer, fewer_gc_passes_while, pack_batch
+from isr.stream.packing import (END_OF_RUN, PACKED_SCHEMA, Packer, fewer_gc_passes_while,
+                                pack_batch)
 from isr.sinks.progress import RECORDS
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
