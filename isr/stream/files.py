@@ -15,7 +15,7 @@ checks up to that time.
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from typing import Iterator, Optional
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -25,10 +25,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, bounded_lines
-from isr.stream.packing import END_OF_INPUT
+from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong
+from isr.stream.packing import END_OF_INPUT, Packer, fewer_gc_passes_while, packed_batch
 from isr.sinks.progress import RECORDS
-from isr.stream.source import packed_batches, pack_settings, record_batch, source_schema
+from isr.stream.source import pack_settings, record_batch, source_schema
 
 # Each micro-batch's lines are read by this many tasks of equal size (a
 # multiple of the cores here: 5 uneven chunks on 2 cores left one idle), and
@@ -43,14 +43,14 @@ def line_starts(path: str,
     `max_line_bytes` counts as one, unread (replay_spark.Admission skips it)."""
     starts, pos = [], 0
     with open(path, "rb") as f:
-        for number, line in enumerate(bounded_lines(f, max_line_bytes), 1):
-            if isinstance(line, Overlong):
+        for number, line in enumerate(_block_lines(f, max_line_bytes), 1):
+            if line.__class__ is Overlong:
                 starts.append((pos, number))
                 pos += line.length + 1
                 continue
             if line.strip():
                 starts.append((pos, number))
-            pos += len(line)
+            pos += len(line) + 1
     return starts
 
 
@@ -80,14 +80,26 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int(limit) if limit else None
         self.pack = pack_settings(options)  # packs as it reads (source.pack_option)
         self.max_line_bytes = int(opts.get("max_line_bytes") or DEFAULT_MAX_LINE_BYTES)
-        self.starts = [line_starts(p, self.max_line_bytes) for p in self.paths]
-        # Global row index -> (file, line within file); +1 for the end row.
-        self.total = sum(len(s) for s in self.starts) + 1
+        self._starts: Optional[list[list[tuple[int, int]]]] = None
+
+    @property
+    def starts(self) -> list[list[tuple[int, int]]]:
+        """Each file's line_starts, read when first needed: Spark makes
+        readers in processes that only plan, where a whole pass over the
+        input would be spent for nothing."""
+        if self._starts is None:
+            self._starts = [line_starts(p, self.max_line_bytes) for p in self.paths]
+        return self._starts
+
+    @property
+    def total(self) -> int:
+        """Rows over all files, +1 for the end row."""
+        return sum(len(s) for s in self.starts) + 1
 
     def __getstate__(self) -> dict:
         # Spark pickles the reader into every read task, which needs only its
         # LineRange: leave the (large) line index on the driver.
-        return {**self.__dict__, "starts": None}
+        return {**self.__dict__, "_starts": None}
 
     def initialOffset(self) -> dict:
         return {"row": 0}
@@ -124,46 +136,105 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges
 
     def read(self, partition: LineRange) -> Iterator:
-        return packed_batches(self.pack, read_lines(partition), None)  # no clock: a replay
+        if self.pack is None:
+            return fewer_gc_passes_while(read_lines(partition))
+        return fewer_gc_passes_while(packed_lines(partition, self.pack))  # no clock: a replay
 
 
-def read_lines(r: LineRange, batch_rows: int = 8192) -> Iterator:
-    """The range's lines as Arrow record batches (the Kafka sources' columns)."""
-    cols: dict[str, list] = {"key": [], "value": [], "offset": []}
+BLOCK_BYTES = 1 << 22  # what `_block_lines` reads at a time
 
-    def flush():
-        batch = record_batch(cols["key"], cols["value"], r.label, -1, cols["offset"])
-        for values in cols.values():
-            values.clear()
-        return batch
 
-    if r.end_row:
-        cols["key"].append(str(r.end_ts).encode())
-        cols["value"].append(END_OF_INPUT)
-        cols["offset"].append(r.first_index)
-        yield flush()
-        return
+def _block_lines(f, max_line_bytes: int) -> Iterator:
+    """`bounded_lines` of a file read in blocks (one `read` per 4 MiB, not a
+    `readline` per line): each line without its newline, or `Overlong` for
+    one longer than `max_line_bytes`, which is dropped as it is read."""
+    carry, dropping = b"", 0  # the unfinished line; or the length dropped so far
+    while True:
+        block = f.read(BLOCK_BYTES)
+        if not block:
+            break
+        lines = block.split(b"\n")
+        last = lines.pop()  # the unfinished line after the block's last newline
+        for i, line in enumerate(lines):
+            if i == 0:
+                if dropping:
+                    yield Overlong(dropping + len(line), max_line_bytes)
+                    dropping = 0
+                    continue
+                line = carry + line
+                carry = b""
+            if len(line) > max_line_bytes:
+                yield Overlong(len(line), max_line_bytes)
+            else:
+                yield line
+        if not lines:  # no newline in the whole block
+            if dropping:
+                dropping += len(last)
+                continue
+            last = carry + last
+        if len(last) > max_line_bytes:  # never held whole: counted, then dropped
+            dropping, carry = len(last), b""
+        else:
+            carry = last
+    if dropping:
+        yield Overlong(dropping, max_line_bytes)
+    elif carry:
+        yield carry  # the last line, without a newline
+
+
+def line_columns(r: LineRange, batch_rows: int = 8192) -> Iterator[tuple[list, list, list]]:
+    """The range's lines, `batch_rows` at a time: (line numbers, values, row
+    indices), the lines in `r.skip` left out, blank lines not counted."""
+    numbers: list[int] = []
+    values: list[bytes] = []
+    indices: list[int] = []
+    skip = r.skip
     with open(r.path, "rb") as f:
         f.seek(r.byte_start)
         index, line_no, left = r.first_index, r.first_line, r.count
-        for raw in bounded_lines(f, r.max_line_bytes):
+        for raw in _block_lines(f, r.max_line_bytes):
             if not left:
                 break
-            if isinstance(raw, Overlong):  # in r.skip: Admission dead-lettered it
+            if raw.__class__ is Overlong:  # in r.skip: Admission dead-lettered it
                 index, left, line_no = index + 1, left - 1, line_no + 1
                 continue
             raw = raw.rstrip(b"\r\n")
             if raw.strip():
-                if index not in r.skip:
-                    cols["key"].append(str(line_no).encode())
-                    cols["value"].append(raw)
-                    cols["offset"].append(index)
+                if not skip or index not in skip:
+                    numbers.append(line_no)
+                    values.append(raw)
+                    indices.append(index)
+                    if len(indices) >= batch_rows:
+                        yield numbers, values, indices
+                        numbers, values, indices = [], [], []
                 index, left = index + 1, left - 1
-                if len(cols["offset"]) >= batch_rows:
-                    yield flush()
             line_no += 1
-    if cols["offset"]:
-        yield flush()
+    if indices:
+        yield numbers, values, indices
+
+
+def read_lines(r: LineRange, batch_rows: int = 8192) -> Iterator:
+    """The range's lines as Arrow record batches (the Kafka sources' columns)."""
+    if r.end_row:
+        yield record_batch([str(r.end_ts).encode()], [END_OF_INPUT], r.label, -1, [r.first_index])
+        return
+    for numbers, values, indices in line_columns(r, batch_rows):
+        yield record_batch([str(n).encode() for n in numbers], values, r.label, -1, indices)
+
+
+def packed_lines(r: LineRange, pack: dict) -> Iterator:
+    """The range's lines packed for the buckets (PACKED_SCHEMA's rows), as
+    `packed_batches(pack, read_lines(r), None)` gives them, without the trip
+    through Arrow in between: the packer takes the columns as lists (a
+    line number for a key, as `packing._line` reads it)."""
+    packer = Packer(pack["labels"], pack["max_future_ms"])
+    if r.end_row:
+        yield packed_batch(packer.pack([r.end_ts], [END_OF_INPUT], [r.label], [-1],
+                                       [r.first_index], None))
+        return
+    for numbers, values, indices in line_columns(r):
+        n = len(indices)
+        yield packed_batch(packer.pack(numbers, values, [r.label] * n, [-1] * n, indices, None))
 
 
 class LinesDataSource(DataSource):

@@ -30,6 +30,7 @@ from isr.contract.decode import decode_many
 from isr.contract.events import BROKER, LEADER, SCOPE
 from isr.contract.fast import ENCODER, encode
 from isr.engine.sequencer import FUTURE, future_reason, is_future
+from isr.gc_tuning import fewer_gc_passes
 
 # Records that are not events, made by the monitor's own sources; a Kafka
 # record cannot pass for one, whatever its bytes. The end of a bounded input
@@ -141,6 +142,7 @@ class Packer:
     def __init__(self, labels: Sequence[int], max_future_ms: int) -> None:
         self.labels = list(labels)
         self.max_future_ms = max_future_ms
+        self._buckets: dict[tuple, int] = {}  # (cluster, topic, partition) -> bucket_of
 
     def pack(self, keys: list, values: list, topics: list, partitions: list, offsets: list,
              clock_ms: Optional[int], behind: Optional[list] = None
@@ -156,22 +158,27 @@ class Packer:
         behind = behind or [False] * len(values)
         everyone = range(n)
         decoded = decode_many(values)  # a marker or a lost record decodes to a Rejection
+        sources: dict = {}  # (topic, partition) -> source_name: few per call
+        homes = self._buckets
         for key, value, topic, partition, offset, more, event in zip(
                 keys, values, topics, partitions, offsets, behind, decoded):
-            source = source_name(topic, partition)
+            source = sources.get((topic, partition))
+            if source is None:
+                source = sources[(topic, partition)] = source_name(topic, partition)
             # A file reports the line number (its key), Kafka the offset.
             where = _line(key) if partition < 0 else offset
             seq = arrival_seq(source, offset)
-            if partition < 0 and value == END_OF_RUN:  # to every bucket, like end of input
-                row = (None, seq, value, source, where, None, None, None, None, None)
-                for b in everyone:
-                    rows[b].append(row)
-                continue
-            if partition < 0 and is_end_of_input(value, partition):
-                row = (None, seq, value, source, where, None, None, _line(key), None, None)
-                for b in everyone:
-                    rows[b].append(row)
-                continue
+            if partition < 0 and value and value[:1] == b"\x00":  # a marker of our own
+                if value == END_OF_RUN:  # to every bucket, like end of input
+                    row = (None, seq, value, source, where, None, None, None, None, None)
+                    for b in everyone:
+                        rows[b].append(row)
+                    continue
+                if is_end_of_input(value, partition):
+                    row = (None, seq, value, source, where, None, None, _line(key), None, None)
+                    for b in everyone:
+                        rows[b].append(row)
+                    continue
             if offset < 0 and is_data_loss(partition, offset):
                 event, reason, reason_class = None, _text(value), "data_loss"
             elif isinstance(event, Rejection) or clock_ms is not None:
@@ -199,8 +206,12 @@ class Packer:
             if scope == BROKER:  # every partition of its cluster
                 for b in everyone:
                     rows[b].append(row)
-            else:
-                rows[bucket_of(event.cluster, event.topic, event.partition, n)].append(row)
+                continue
+            at = (event.cluster, event.topic, event.partition)
+            b = homes.get(at)
+            if b is None:
+                b = homes[at] = bucket_of(*at, n)
+            rows[b].append(row)
         summary = orjson.dumps(latest)
         return [(label, _ipc_rows(bucket_rows) if bucket_rows else b"", summary)
                 for label, bucket_rows in zip(self.labels, rows)]
@@ -269,16 +280,30 @@ def pack_batch(packer: Packer, batch, clock_ms: Optional[int]):
     """One Arrow batch of the sources' columns as PACKED_SCHEMA's rows: one
     per bucket. Used by the packing stage and by the Python Kafka source,
     which packs as it reads (`input.source = "python"`)."""
+    return packed_batch(packer.pack(
+        batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+        batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
+        batch.column("offset").to_pylist(), clock_ms, batch.column("behind").to_pylist()))
+
+
+def packed_batch(out: list[tuple[int, bytes, bytes]]):
+    """`Packer.pack`'s rows as an Arrow batch of PACKED_SCHEMA."""
     import pyarrow as pa
 
-    out = packer.pack(batch.column("key").to_pylist(), batch.column("value").to_pylist(),
-                      batch.column("topic").to_pylist(), batch.column("partition").to_pylist(),
-                      batch.column("offset").to_pylist(), clock_ms,
-                      batch.column("behind").to_pylist())
     return pa.RecordBatch.from_pydict(
         {"bucket": pa.array([label for label, _p, _s in out], pa.int32()),
          "pack": pa.array([p for _l, p, _s in out], pa.binary()),
          "summary": pa.array([s for _l, _p, s in out], pa.binary())})
+
+
+def fewer_gc_passes_while(batches: Iterator) -> Iterator:
+    """The batches of a reader or of the packing stage, made with the
+    collector's thresholds raised as a bucket's work is (gc_tuning): with
+    CPython's defaults the collector kept walking the decoded events and the
+    rows being packed (in one measurement half of a read task's CPU,
+    docs/benchmarks.md)."""
+    with fewer_gc_passes():
+        yield from batches
 
 
 def make_packer(labels: Sequence[int], max_future_ms: int, live: bool):
@@ -288,6 +313,9 @@ def make_packer(labels: Sequence[int], max_future_ms: int, live: bool):
     packer = Packer(labels, max_future_ms)
 
     def pack_batches(batches: Iterator) -> Iterator:
+        return fewer_gc_passes_while(_packed(batches))
+
+    def _packed(batches: Iterator) -> Iterator:
         for batch in batches:
             if batch.num_rows == 0:
                 continue

@@ -17,7 +17,8 @@ from typing import Iterator, Optional
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from isr.errors import DataLossError
-from isr.stream.packing import END_OF_RUN, PACKED_SCHEMA, Packer, pack_batch
+from isr.stream.packing import (END_OF_RUN, PACKED_SCHEMA, Packer, fewer_gc_passes_while,
+                                pack_batch)
 from isr.sinks.progress import RECORDS
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -137,7 +138,7 @@ def packed_batches(pack: Optional[dict], batches: Iterator, clock: Optional[int]
     if pack is None:
         return batches
     packer = Packer(pack["labels"], pack["max_future_ms"])
-    return (pack_batch(packer, b, clock) for b in batches if b.num_rows)
+    return fewer_gc_passes_while(pack_batch(packer, b, clock) for b in batches if b.num_rows)
 
 
 class EndOfRunRow(InputPartition):

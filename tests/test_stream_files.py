@@ -1,0 +1,130 @@
+"""The file source of `isr replay --engine spark` (isr/stream/files.py) reads
+its ranges in blocks and packs their lines without a trip through Arrow:
+the same lines, line numbers, row indices and packed rows as reading line
+by line (linecap.bounded_lines) and packing Arrow batches
+(source.packed_batches)."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from isr.linecap import Overlong, bounded_lines
+from isr.stream import files
+from isr.stream.files import LineRange, line_starts, packed_lines, read_lines
+from isr.stream.packing import END_OF_INPUT, pack_schema
+from isr.stream.source import packed_batches
+
+EVENT = (b'{"type":"append","ts":%d,"cluster":"c","topic":"t","partition":%d,'
+         b'"leader":1,"leader_epoch":0,"leo":%d}')
+PIECES = [EVENT % (1000 + i, i % 3, i) for i in range(5)] + [
+    b"", b"  ", b"\r", b"not json", b"x" * 40, b"{}", b'{"type":"append"}']
+
+
+def reference_starts(path: str, max_line_bytes: int) -> list[tuple[int, int]]:
+    """line_starts as it was, line by line with bounded_lines."""
+    starts, pos = [], 0
+    with open(path, "rb") as f:
+        for number, line in enumerate(bounded_lines(f, max_line_bytes), 1):
+            if isinstance(line, Overlong):
+                starts.append((pos, number))
+                pos += line.length + 1
+                continue
+            if line.strip():
+                starts.append((pos, number))
+            pos += len(line)
+    return starts
+
+
+def as_list(lines) -> list:
+    return [(x.length,) if isinstance(x, Overlong) else x for x in lines]
+
+
+contents = st.lists(st.sampled_from(PIECES), max_size=30).map(b"\n".join) | st.binary(max_size=300)
+
+
+@settings(max_examples=100, deadline=None)
+@given(contents, st.sampled_from([b"", b"\n"]), st.integers(1, 40), st.integers(1, 50))
+def test_block_lines_are_bounded_lines(data, tail, block, max_line_bytes):
+    data += tail
+    expected = as_list(x.rstrip(b"\n") if isinstance(x, bytes) else x
+                       for x in bounded_lines(io.BytesIO(data), max_line_bytes))
+    files.BLOCK_BYTES, before = block, files.BLOCK_BYTES
+    try:
+        assert as_list(files._block_lines(io.BytesIO(data), max_line_bytes)) == expected
+    finally:
+        files.BLOCK_BYTES = before
+
+
+@settings(max_examples=50, deadline=None)
+@given(contents, st.integers(5, 200), st.data())
+def test_ranges_read_and_pack_the_same_lines_as_line_by_line(tmp_path_factory, data,
+                                                            max_line_bytes, draw):
+    path = str(tmp_path_factory.mktemp("lines") / "events.jsonl")
+    with open(path, "wb") as f:
+        f.write(data)
+    starts = line_starts(path, max_line_bytes)
+    assert starts == reference_starts(path, max_line_bytes)
+    if not starts:
+        return
+    first = draw.draw(st.integers(0, len(starts) - 1))
+    count = draw.draw(st.integers(1, len(starts) - first))
+    skip = frozenset(draw.draw(st.lists(st.integers(first, first + count - 1), max_size=3)))
+    byte, number = starts[first]
+    r = LineRange(path, "events.jsonl", first, number, count, byte, False, 0, skip,
+                  max_line_bytes)
+    # Line by line, as read_lines did before: every non-blank line of the
+    # range in order, an overlong one counted and left out.
+    expected, index = [], first
+    with open(path, "rb") as f:
+        f.seek(byte)
+        for line_no, raw in enumerate(bounded_lines(f, max_line_bytes), number):
+            if index == first + count:
+                break
+            if isinstance(raw, Overlong):
+                index += 1
+                continue
+            raw = raw.rstrip(b"\r\n")
+            if raw.strip():
+                if index not in skip:
+                    expected.append((str(line_no).encode(), raw, index))
+                index += 1
+    batches = list(read_lines(r, batch_rows=4))
+    got = [row for b in batches for row in zip(b.column("key").to_pylist(),
+                                               b.column("value").to_pylist(),
+                                               b.column("offset").to_pylist())]
+    assert got == expected
+    pack = {"labels": [0, 1, 2], "max_future_ms": 60_000}
+    direct = list(packed_lines(r, pack))
+    through_arrow = list(packed_batches(pack, iter(batches), None))
+    assert unpacked(direct) == unpacked(through_arrow)
+    assert summaries(direct) == summaries(through_arrow)
+
+
+def test_the_end_row_packs_as_through_arrow():
+    r = LineRange("", "events.jsonl", 7, 0, 0, 0, True, 1234)
+    pack = {"labels": [0, 1], "max_future_ms": 60_000}
+    got = unpacked(packed_lines(r, pack))
+    assert got == unpacked(packed_batches(pack, read_lines(r), None))
+    assert [row["value"] for row in got] == [END_OF_INPUT, END_OF_INPUT]
+    assert {row["end_ts"] for row in got} == {1234}
+
+
+def unpacked(batches) -> list[dict]:
+    """Every packed record, with its bucket, in order."""
+    rows = []
+    for batch in batches:
+        for bucket, blob in zip(batch.column("bucket").to_pylist(),
+                                batch.column("pack").to_pylist()):
+            if blob:
+                for part in pa.ipc.open_stream(blob):
+                    assert part.schema == pack_schema()
+                    rows.extend({"bucket": bucket, **row} for row in part.to_pylist())
+    return rows
+
+
+def summaries(batches) -> list:
+    return [(b.column("bucket").to_pylist(), b.column("summary").to_pylist()) for b in batches]
