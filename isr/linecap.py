@@ -53,6 +53,50 @@ def bounded_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Line]:
         yield Overlong(length, max_bytes)
 
 
+BLOCK_BYTES = 1 << 22  # what `block_lines` reads at a time
+
+
+def block_lines(f: BinaryIO, max_line_bytes: int,
+                block_bytes: int = BLOCK_BYTES) -> Iterator[Line]:
+    """`bounded_lines` of a file read in blocks (one `read` per 4 MiB, not a
+    `readline` per line: the Spark replay's file source), each line without
+    its newline, or `Overlong` for one longer than `max_line_bytes`, which
+    is dropped as it is read. Not for a pipe or a followed file: a read
+    waits for the whole block."""
+    carry, dropping = b"", 0  # the unfinished line; or the length dropped so far
+    while True:
+        block = f.read(block_bytes)
+        if not block:
+            break
+        lines = block.split(b"\n")
+        last = lines.pop()  # the unfinished line after the block's last newline
+        for i, line in enumerate(lines):
+            if i == 0:
+                if dropping:
+                    yield Overlong(dropping + len(line), max_line_bytes)
+                    dropping = 0
+                    continue
+                line = carry + line
+                carry = b""
+            if len(line) > max_line_bytes:
+                yield Overlong(len(line), max_line_bytes)
+            else:
+                yield line
+        if not lines:  # no newline in the whole block
+            if dropping:
+                dropping += len(last)
+                continue
+            last = carry + last
+        if len(last) > max_line_bytes:  # never held whole: counted, then dropped
+            dropping, carry = len(last), b""
+        else:
+            carry = last
+    if dropping:
+        yield Overlong(dropping, max_line_bytes)
+    elif carry:
+        yield carry  # the last line, without a newline
+
+
 class LineAssembler:
     """Lines from pieces that may end before their newline (a followed file
     read up to where its writer is). The same cap: a line that grows past

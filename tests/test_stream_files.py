@@ -12,8 +12,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isr.linecap import Overlong, bounded_lines
-from isr.stream import files
+from isr.linecap import Overlong, block_lines, bounded_lines
 from isr.stream.files import LineRange, line_starts, packed_lines, read_lines
 from isr.stream.packing import END_OF_INPUT, pack_schema
 from isr.stream.source import packed_batches
@@ -52,11 +51,7 @@ def test_block_lines_are_bounded_lines(data, tail, block, max_line_bytes):
     data += tail
     expected = as_list(x.rstrip(b"\n") if isinstance(x, bytes) else x
                        for x in bounded_lines(io.BytesIO(data), max_line_bytes))
-    files.BLOCK_BYTES, before = block, files.BLOCK_BYTES
-    try:
-        assert as_list(files._block_lines(io.BytesIO(data), max_line_bytes)) == expected
-    finally:
-        files.BLOCK_BYTES = before
+    assert as_list(block_lines(io.BytesIO(data), max_line_bytes, block)) == expected
 
 
 @settings(max_examples=50, deadline=None)

@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong
+from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, block_lines
 from isr.stream.packing import END_OF_INPUT, Packer, fewer_gc_passes_while, packed_batch
 from isr.sinks.progress import RECORDS
 from isr.stream.source import pack_settings, record_batch, source_schema
@@ -43,7 +43,7 @@ def line_starts(path: str,
     `max_line_bytes` counts as one, unread (replay_spark.Admission skips it)."""
     starts, pos = [], 0
     with open(path, "rb") as f:
-        for number, line in enumerate(_block_lines(f, max_line_bytes), 1):
+        for number, line in enumerate(block_lines(f, max_line_bytes), 1):
             if line.__class__ is Overlong:
                 starts.append((pos, number))
                 pos += line.length + 1
@@ -141,47 +141,6 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return fewer_gc_passes_while(packed_lines(partition, self.pack))  # no clock: a replay
 
 
-BLOCK_BYTES = 1 << 22  # what `_block_lines` reads at a time
-
-
-def _block_lines(f, max_line_bytes: int) -> Iterator:
-    """`bounded_lines` of a file read in blocks (one `read` per 4 MiB, not a
-    `readline` per line): each line without its newline, or `Overlong` for
-    one longer than `max_line_bytes`, which is dropped as it is read."""
-    carry, dropping = b"", 0  # the unfinished line; or the length dropped so far
-    while True:
-        block = f.read(BLOCK_BYTES)
-        if not block:
-            break
-        lines = block.split(b"\n")
-        last = lines.pop()  # the unfinished line after the block's last newline
-        for i, line in enumerate(lines):
-            if i == 0:
-                if dropping:
-                    yield Overlong(dropping + len(line), max_line_bytes)
-                    dropping = 0
-                    continue
-                line = carry + line
-                carry = b""
-            if len(line) > max_line_bytes:
-                yield Overlong(len(line), max_line_bytes)
-            else:
-                yield line
-        if not lines:  # no newline in the whole block
-            if dropping:
-                dropping += len(last)
-                continue
-            last = carry + last
-        if len(last) > max_line_bytes:  # never held whole: counted, then dropped
-            dropping, carry = len(last), b""
-        else:
-            carry = last
-    if dropping:
-        yield Overlong(dropping, max_line_bytes)
-    elif carry:
-        yield carry  # the last line, without a newline
-
-
 def line_columns(r: LineRange, batch_rows: int = 8192) -> Iterator[tuple[list, list, list]]:
     """The range's lines, `batch_rows` at a time: (line numbers, values, row
     indices), the lines in `r.skip` left out, blank lines not counted."""
@@ -192,7 +151,7 @@ def line_columns(r: LineRange, batch_rows: int = 8192) -> Iterator[tuple[list, l
     with open(r.path, "rb") as f:
         f.seek(r.byte_start)
         index, line_no, left = r.first_index, r.first_line, r.count
-        for raw in _block_lines(f, r.max_line_bytes):
+        for raw in block_lines(f, r.max_line_bytes):
             if not left:
                 break
             if raw.__class__ is Overlong:  # in r.skip: Admission dead-lettered it
