@@ -13,6 +13,7 @@ from isr.engine.listeners import Listener
 
 class AlertListener(Listener):
     name = "alerts"
+    advance_gated = True  # Watch.wake (evaluator._set_wake)
 
     def __init__(self, cfg: AlertSettings, replica_lag_time_max_ms: int) -> None:
         self.evaluator = AlertEvaluator(cfg, replica_lag_time_max_ms)
@@ -105,10 +106,7 @@ class AlertListener(Listener):
                 and (w.due is None or w.due > ts))
 
     def quiet_serve_ms(self) -> Optional[int]:
-        cfg = self.evaluator.cfg
-        topics = [None, *cfg.topics]
-        return min(cfg.rule("SlowLeaderFetch", t or "").follower_fetch_process_time_max_ms
-                   for t in topics)
+        return self.evaluator.serve_ms
 
     def to_state(self) -> list:
         return [w.to_list() for _key, w in sorted(self.watches.items())]
