@@ -77,8 +77,6 @@ class AlertEvaluator:
             return
         ts = event.ts
         old_leo = w.leader_leo  # before this event (_note_event); -1: not known
-        if kind == "append" and self._append_alone_at_once(w, model, ts, old_leo):
-            return
         self._note_event(w, model, ts)
         if kind == "append":
             if old_leo >= 0 and (self._quiet_append(w, model, ts) if w.alerts else
@@ -96,25 +94,8 @@ class AlertEvaluator:
 
     def after_fetch(self, w: Watch, model: PartitionView, replica: int, ts: int, fetch_ts: int,
                     out: list) -> None:
-        """after_event for a fetch, given as its values. Most fetches end at
-        the first test, without a call: what _note_event and _quiet_fetch do
-        when no alert is active, the leader's LEO and the replicas did not
-        move, nothing is slow or unserved, nothing is due by `ts` (`wake`),
-        and the follower's lag crossing, if any, is no earlier than `due`
-        (`lag_floor`) and not `due` itself (`due_lag`)."""
-        leader_leo = model.leader_leo
-        if (ts < w.wake and not w.alerts and leader_leo == w.leader_leo
-                and not w.unserved and not w.served_ms and ts - fetch_ts <= self.serve_ms
-                and replica != w.due_lag and len(model.replicas) == w.replica_count):
-            f = model.followers.get(replica)
-            if f is not None and f.last_caught_up_ts >= w.lag_floor:
-                if ts > w.last_event_ts:
-                    w.last_event_ts = ts
-                hw, stall = model.hw, w.stall
-                if hw != stall.hw or (leader_leo > hw) != stall.behind:
-                    stall.note(hw, leader_leo, ts)
-                w.t = ts
-                return
+        """after_event for a fetch, given as its values (most end before it:
+        AlertListener.on_fetch)."""
         moved = self._note_event(w, model, ts)
         if w.unserved:
             w.unserved.pop(replica, None)
@@ -255,12 +236,14 @@ class AlertEvaluator:
         return self._append_settles(w, model, ts, params, due)
 
     @staticmethod
-    def _append_alone_at_once(w: Watch, model: PartitionView, ts: int, old_leo: int) -> bool:
-        """after_event for an append, with no call, when it is plain that
-        _quiet_append_alone holds and moves nothing but times: no alert,
+    def append_at_once(w: Watch, model: PartitionView, ts: int) -> bool:
+        """after_event for an append, with no call, if it is plain that
+        _quiet_append_alone holds and moves nothing but times (else False,
+        and nothing done: after_event then). Most appends: no alert,
         nothing due by `ts` (`wake`), every ISR follower at the old LEO
         caught up at `lag_floor` or later, and the HW, already behind the
         LEO, did not move (its stall crossing, unchanged, is in `due`)."""
+        old_leo = w.leader_leo
         if ts >= w.wake or w.alerts or old_leo < 0:
             return False
         hw, stall = model.hw, w.stall

@@ -249,6 +249,12 @@ class LocalEngine:
                         catch_up: bool = True):
         """One partition event to one policy's model, its listeners told (its
         sessions' fetches first, unless this is one of them)."""
+        if event.type == "fetch" and self.fetch_values:  # to on_fetch, as its values
+            ts, received_ts, broker_epoch = event.ts, event.received_ts, event.broker_epoch
+            return self.apply_fetch(
+                model, event.replica, event.leader, event.leader_epoch, ts,
+                ts if received_ts is None else received_ts, event.fetch_offset,
+                event.leader_leo, -1 if broker_epoch is None else broker_epoch, brokers, catch_up)
         self._prepare(model, event.ts, brokers, catch_up)
         scratch = self._scratch
         result = model.apply(event, brokers, scratch)
