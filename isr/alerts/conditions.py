@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Optional
 
 from isr.contract.catalog import RULES
-from isr.alerts.watch import PartitionView, Watch
+from isr.alerts.watch import NEVER, PartitionView, Watch
 from isr.model.follower import Follower
 from isr.model.health import isr_health
 from isr.model.rules import at_leader_leo, lag_ms
@@ -140,6 +140,17 @@ def lag_crossing(f: Follower, leader_leo: int, limit: int) -> Optional[int]:
     if caught_up <= 0 or at_leader_leo(f, leader_leo):
         return None
     return caught_up + limit + 1
+
+
+def lag_floor(due: Optional[int], P: RuleParams) -> int:
+    """The lastCaughtUpTime from which a follower's lag_crossing, if it has
+    one, is no earlier than `due` (lag_crossing's formula turned around), so
+    a follower caught up then need not be asked (Watch.lag_floor)."""
+    if not P.lagging:
+        return -NEVER  # no lag instant is ever taken
+    if due is None:
+        return NEVER
+    return due - P.lag_limit_ms - 1
 
 
 def stall_crossing(w: Watch, v: PartitionView, P: RuleParams) -> Optional[int]:

@@ -18,8 +18,9 @@ from typing import Optional
 
 from isr.contract.catalog import CATALOG, RULES
 from isr.alerts.conditions import (PARTITION, RuleParams, describe, lag_crossing,
-                                   lag_crossings, scan, stall_crossing, still_lagging)
-from isr.alerts.watch import AtChange, PartitionView, Watch
+                                   lag_crossings, lag_floor, scan, stall_crossing,
+                                   still_lagging)
+from isr.alerts.watch import NEVER, AtChange, PartitionView, Watch
 from isr.config import AlertSettings
 from isr.contract.decisions import Alert, IsrChange
 
@@ -51,6 +52,10 @@ class AlertEvaluator:
         self.lag_max_ms = replica_lag_time_max_ms
         self.exhaustive = exhaustive
         self._params: dict[str, RuleParams] = {}
+        # No topic's SlowLeaderFetch limit is below this: a fetch served
+        # within it is not slow (after_fetch's first test).
+        self.serve_ms = min(cfg.rule("SlowLeaderFetch", t).follower_fetch_process_time_max_ms
+                            for t in ("", *cfg.topics))
 
     def params(self, topic: str) -> RuleParams:
         params = self._params.get(topic)
@@ -89,7 +94,8 @@ class AlertEvaluator:
 
     def after_fetch(self, w: Watch, model: PartitionView, replica: int, ts: int, fetch_ts: int,
                     out: list) -> None:
-        """after_event for a fetch, given as its values."""
+        """after_event for a fetch, given as its values (most end before it:
+        AlertListener.on_fetch)."""
         moved = self._note_event(w, model, ts)
         if w.unserved:
             w.unserved.pop(replica, None)
@@ -169,6 +175,7 @@ class AlertEvaluator:
             if t > ts:
                 if w.due is None or t < w.due:
                     w.due, w.due_lag = t, replica
+                    self._set_wake(w, P)
             elif replica in model.isr and ("FollowerLagging", replica) not in w.alerts:
                 return False
         elif w.due_lag == replica:
@@ -228,6 +235,34 @@ class AlertEvaluator:
                 due = t
         return self._append_settles(w, model, ts, params, due)
 
+    @staticmethod
+    def append_at_once(w: Watch, model: PartitionView, ts: int) -> bool:
+        """after_event for an append, with no call, if it is plain that
+        _quiet_append_alone holds and moves nothing but times (else False,
+        and nothing done: after_event then). Most appends: no alert,
+        nothing due by `ts` (`wake`), every ISR follower at the old LEO
+        caught up at `lag_floor` or later, and the HW, already behind the
+        LEO, did not move (its stall crossing, unchanged, is in `due`)."""
+        old_leo = w.leader_leo
+        if ts >= w.wake or w.alerts or old_leo < 0:
+            return False
+        hw, stall = model.hw, w.stall
+        if hw != stall.hw or not (stall.behind or model.leader < 0):
+            return False
+        floor, followers = w.lag_floor, model.followers
+        for r in model.isr:
+            f = followers.get(r)
+            if f is not None and f.leo == old_leo and f.last_caught_up_ts < floor:
+                return False
+        leader_leo = model.leader_leo
+        if (leader_leo > hw) != stall.behind:
+            return False  # (the LEO went down: not an append's)
+        if ts > w.last_event_ts:
+            w.last_event_ts = ts
+        w.leader_leo, w.replica_count = leader_leo, len(model.replicas)
+        w.t = ts
+        return True
+
     def _quiet_append_alone(self, w: Watch, model: PartitionView, ts: int,
                             old_leo: int) -> bool:
         """_quiet_append without an active alert (most appends). `due` is
@@ -255,8 +290,7 @@ class AlertEvaluator:
                         due = t
         return self._append_settles(w, model, ts, params, due)
 
-    @staticmethod
-    def _append_settles(w: Watch, model: PartitionView, ts: int, params: RuleParams,
+    def _append_settles(self, w: Watch, model: PartitionView, ts: int, params: RuleParams,
                         due: Optional[int]) -> bool:
         """Both quiet appends' last step: whether the stalled HW has not
         crossed its limit (a stall that a fetch began, raising the LEO, may
@@ -273,6 +307,7 @@ class AlertEvaluator:
             # partition's followers reach each new LEO soon, and a scan at
             # each of those fetches would cost more than the stale instant).
             w.due, w.due_lag = due, -1
+            self._set_wake(w, params)
         w.t = ts
         return True
 
@@ -306,6 +341,16 @@ class AlertEvaluator:
                     due = t
         return due
 
+    @staticmethod
+    def _set_wake(w: Watch, P: RuleParams) -> None:
+        """`wake` and `lag_floor` after `due` or the alerts moved (Watch)."""
+        due = w.due
+        wake = NEVER if due is None else due
+        if w.alerts and w.alerts_due_floor < wake:
+            wake = w.alerts_due_floor
+        w.wake = wake
+        w.lag_floor = lag_floor(due, P)
+
     def _step(self, w: Watch, view: PartitionView, T: int, out: list) -> None:
         P = self._params.get(w.topic) or self.params(w.topic)  # params() once per topic
         w.flaps.prune(T, P.flap_window_ms)
@@ -335,8 +380,9 @@ class AlertEvaluator:
             w.alerts_due_floor = min(since + P.for_ms[name] if fired < 0 else sent + repeat
                                      for (name, _r), (since, fired, sent) in w.alerts.items())
         w.t = T
+        self._set_wake(w, P)
         if self.exhaustive:  # forget what lets the next event or instant skip its scan
-            w.leader_leo = w.alerts_due_floor = -1
+            w.leader_leo = w.alerts_due_floor = w.wake = -1
 
     def _record(self, w: Watch, key: tuple[str, int], P: RuleParams, status: str,
                 started: int, T: int, description: str) -> Alert:

@@ -13,9 +13,11 @@ from isr.engine.listeners import Listener
 
 class AlertListener(Listener):
     name = "alerts"
+    advance_gated = True  # Watch.wake (evaluator._set_wake)
 
     def __init__(self, cfg: AlertSettings, replica_lag_time_max_ms: int) -> None:
         self.evaluator = AlertEvaluator(cfg, replica_lag_time_max_ms)
+        self.serve_ms = self.evaluator.serve_ms  # (on_fetch's first test)
         self.watches: dict[tuple, Watch] = {}  # (policy, cluster, topic, partition) -> Watch
         # Changed since the last state_delta (keyed by the watch itself: hashed
         # by identity, cheaper per event than id(w)).
@@ -56,17 +58,37 @@ class AlertListener(Listener):
         self.dirty[w] = w
         if outcome is not None:  # ignored or rejected
             self.evaluator.after_ignored(w, model, event.ts, out)
-        elif event.type == "fetch":  # most events: after_event's first step, inline
+        elif (kind := event.type) == "fetch":  # (the engine hands most as values: on_fetch)
             ts, received_ts = event.ts, event.received_ts
-            self.evaluator.after_fetch(w, model, event.replica, ts,
-                                       ts if received_ts is None else received_ts, out)
-        else:
+            self.on_fetch(model, event.replica, ts, ts if received_ts is None else received_ts,
+                          None, out)
+        elif kind != "append" or not self.evaluator.append_at_once(w, model, event.ts):
             self.evaluator.after_event(w, model, event, out)
 
     def on_fetch(self, model, replica: int, ts: int, fetch_ts: int, outcome, out: list) -> None:
+        """Most fetches end at the first test, with no call: what the
+        evaluator's after_fetch does (_note_event, _quiet_fetch) when no alert
+        is active, the leader's LEO and the replicas did not move, nothing is
+        slow or unserved, nothing is due by `ts` (Watch.wake), and the
+        follower's lag crossing, if any, is no earlier than `due`
+        (Watch.lag_floor) and not `due` itself (`due_lag`)."""
         w = model.watch or self._watch(model)
         self.dirty[w] = w
         if outcome is None:
+            leader_leo = model.leader_leo
+            if (ts < w.wake and not w.alerts and leader_leo == w.leader_leo
+                    and not w.unserved and not w.served_ms
+                    and ts - fetch_ts <= self.serve_ms and replica != w.due_lag
+                    and len(model.replicas) == w.replica_count):
+                f = model.followers.get(replica)
+                if f is not None and f.last_caught_up_ts >= w.lag_floor:
+                    if ts > w.last_event_ts:
+                        w.last_event_ts = ts
+                    hw, stall = model.hw, w.stall
+                    if hw != stall.hw or (leader_leo > hw) != stall.behind:
+                        stall.note(hw, leader_leo, ts)
+                    w.t = ts
+                    return
             self.evaluator.after_fetch(w, model, replica, ts, fetch_ts, out)
         else:  # ignored or rejected
             self.evaluator.after_ignored(w, model, ts, out)
@@ -105,10 +127,7 @@ class AlertListener(Listener):
                 and (w.due is None or w.due > ts))
 
     def quiet_serve_ms(self) -> Optional[int]:
-        cfg = self.evaluator.cfg
-        topics = [None, *cfg.topics]
-        return min(cfg.rule("SlowLeaderFetch", t or "").follower_fetch_process_time_max_ms
-                   for t in topics)
+        return self.evaluator.serve_ms
 
     def to_state(self) -> list:
         return [w.to_list() for _key, w in sorted(self.watches.items())]

@@ -21,6 +21,9 @@ class PartitionView(Protocol):
     followers: dict[int, Follower]
 
 
+NEVER = 1 << 62  # an instant after any event's (`wake`, `lag_floor`: none known)
+
+
 class AtChange:
     """The model as it was right after an ISR change: the change's ISR and HW
     (other fields do not move at a check instant)."""
@@ -36,7 +39,8 @@ class AtChange:
 class Watch:
     __slots__ = ("cluster", "topic", "partition", "policy", "t", "due", "stall",
                  "last_event_ts", "served_ms", "unserved", "reported", "flaps", "alerts",
-                 "alerts_due_floor", "leader_leo", "replica_count", "due_lag")
+                 "alerts_due_floor", "leader_leo", "replica_count", "due_lag", "wake",
+                 "lag_floor")
 
     def __init__(self, cluster: str, topic: str, partition: int, policy: str) -> None:
         self.cluster, self.topic, self.partition, self.policy = cluster, topic, partition, policy
@@ -63,6 +67,14 @@ class Watch:
         # The leader's LEO and number of replicas after the last event (-1:
         # not known, as after a restore: the next event is scanned).
         self.leader_leo = self.replica_count = -1
+        # What lets an event skip the evaluator's calls (evaluator._set_wake),
+        # derived from the fields above and not saved: no instant of the
+        # watch's lies before `wake` (-1: not known, so the engine calls
+        # on_advance before every event: listeners.py, advance_gated), and
+        # a follower last caught up at `lag_floor` or later crosses its lag
+        # limit no earlier than `due`, if at all (conditions.lag_floor).
+        self.wake = -1
+        self.lag_floor = NEVER
 
     def to_list(self) -> list:
         s = self.stall

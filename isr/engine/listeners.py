@@ -27,6 +27,14 @@ class Listener:
         whose next instant, this listener's `next_due` included, it passes
         (deadlines.py). So it must act on time alone only at `next_due`."""
 
+    # on_advance runs before every event. A listener may say when it can act:
+    # with `advance_gated`, it keeps its state of each model it heard of on
+    # `model.watch` (the one listener state a model holds), with `wake` no
+    # later than the first instant at which its on_advance acts on that model
+    # before an event. The engine then calls it before an event at `ts` only
+    # if ts > wake (or the model has no watch yet).
+    advance_gated = False
+
     def on_change(self, model, change, out: list) -> None:
         """The model committed an ISR change (`change.ts`; the model is past it)."""
 

@@ -77,6 +77,8 @@ class LocalEngine:
         self._scratch: list = []  # a model's ISR changes of one call, before dispatch
         self.listeners = list(listeners)
         self._on_advance = hooks(self.listeners, "on_advance")
+        self._ungated_advance = any(not l.advance_gated for l in self.listeners
+                                    if type(l).on_advance is not Listener.on_advance)
         self._on_change = hooks(self.listeners, "on_change")
         self._on_event = hooks(self.listeners, "on_event")
         self._on_fetch = hooks(self.listeners, "on_fetch")
@@ -237,14 +239,22 @@ class LocalEngine:
             model.advance(ts, False, brokers, scratch)
             if scratch:
                 self._dispatch(model)
-        out = self.decisions
-        for hook in self._on_advance:
-            hook(model, ts, False, out)
+        w = model.watch  # a gated on_advance (listeners.py) acts only after w.wake
+        if w is None or ts > w.wake or self._ungated_advance:
+            out = self.decisions
+            for hook in self._on_advance:
+                hook(model, ts, False, out)
 
     def _apply_to_model(self, model: PartitionModel, event, brokers: Brokers,
                         catch_up: bool = True):
         """One partition event to one policy's model, its listeners told (its
         sessions' fetches first, unless this is one of them)."""
+        if event.type == "fetch" and self.fetch_values:  # to on_fetch, as its values
+            ts, received_ts, broker_epoch = event.ts, event.received_ts, event.broker_epoch
+            return self.apply_fetch(
+                model, event.replica, event.leader, event.leader_epoch, ts,
+                ts if received_ts is None else received_ts, event.fetch_offset,
+                event.leader_leo, -1 if broker_epoch is None else broker_epoch, brokers, catch_up)
         self._prepare(model, event.ts, brokers, catch_up)
         scratch = self._scratch
         result = model.apply(event, brokers, scratch)
