@@ -21,7 +21,7 @@ from isr.contract.records import INTERNAL_KINDS, SUMMARY, OutputRecord
 from isr.engine.sequencer import Sequencer
 from isr.engine.summary import summarize
 from isr.gc_tuning import fewer_gc_passes
-from isr.linecap import Overlong, bounded_lines
+from isr.linecap import Overlong, block_lines
 from isr.pipeline.results import ReplayResult, ReplayStats, too_long
 
 
@@ -49,7 +49,8 @@ class Admission:
     def _read(self, path: str, label: str, max_line_bytes: int) -> None:
         chunk: list[tuple[int, int, bytes]] = []  # (row index, line number, raw)
         with open(path, "rb") as f:
-            for number, raw in enumerate(bounded_lines(f, max_line_bytes), 1):
+            # Read as the file source reads it (files.line_starts, line_columns).
+            for number, raw in enumerate(block_lines(f, max_line_bytes), 1):
                 if isinstance(raw, Overlong):  # never read, never reaches the job
                     self.skip.append(self.lines)
                     self.lines += 1
