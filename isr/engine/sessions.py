@@ -109,12 +109,15 @@ class SessionDriver:
             session = S.open(ev.cluster, ev.leader, ev.replica, ev.session_id)
             self.dirty.add(session.sid)
             session.epoch = next_epoch(ev.session_epoch)
+            hard = True  # no previous fetch
         else:
             S.bind(session, ev.session_id)
             session.epoch = next_epoch(ev.session_epoch)
             for p in ev.forgotten:
                 self._forget(session, (p.topic, p.partition))
-            if session.log and self._is_hard(session.log[-1], entry):
+            # (`last` holds the log's last entry, also once the log is cut.)
+            hard = self._is_hard(self.last.get(session.sid), entry)
+            if hard and session.log:
                 self.catch_up_session(session)
         first_problem = None
         listed: list = []  # the first policy's model of each listed partition (None: new)
@@ -123,7 +126,7 @@ class SessionDriver:
             if problem is not None and first_problem is None:
                 first_problem = problem
         if session is not None:
-            if self._is_hard(self.last.get(session.sid), entry):
+            if hard:
                 # Pending for every partition it does not list, and to be
                 # applied exactly: they must be visited (deadlines.py).
                 self._touch_session(session)
@@ -293,7 +296,7 @@ class SessionDriver:
                 instant, known = engine.next_instant(m), True
             if instant is not None and last_run < instant < t_next:
                 known = False
-                if self._jump(m, steady, instant, o_next):
+                if self._jump(m, steady, instant, o_next, brokers):
                     continue  # the followers moved: the instant may have too
                 seq, last_run = m.seq, instant
                 engine._advance_model(m, instant, True, brokers)
@@ -307,7 +310,7 @@ class SessionDriver:
                 # the next jump.
                 nxt[2] = False
                 continue
-            if steady and self._jump(m, steady, t_next, o_next):
+            if steady and self._jump(m, steady, t_next, o_next, brokers):
                 known = False
             if nxt is None:
                 return
@@ -315,7 +318,7 @@ class SessionDriver:
                 nxt[2] = False  # its next fetch only moves times: it joins the next jump
                 continue
             known = False
-            self._apply_entry(m, nxt, nxt[1][1])
+            self._apply_entry(m, nxt, nxt[1][1], brokers)
 
     @staticmethod
     def _at_leo(m, steady: list) -> bool:
@@ -415,7 +418,7 @@ class SessionDriver:
                 return False
         return True
 
-    def _jump(self, m, steady: list, ts: int, order: int) -> bool:
+    def _jump(self, m, steady: list, ts: int, order: int, brokers) -> bool:
         """Move each steady follower to its last pending fetch at or before
         `ts` and before `order`; True if one moved."""
         moved = False
@@ -429,11 +432,11 @@ class SessionDriver:
             session, link = st[0], st[1]
             j = session.last_at_or_before(link[1], session.end, ts, order)
             if j >= link[1]:
-                self._apply_entry(m, st, j)
+                self._apply_entry(m, st, j, brokers)
                 moved = True
         return moved
 
-    def _apply_entry(self, m, st: list, pos: int) -> None:
+    def _apply_entry(self, m, st: list, pos: int, brokers) -> None:
         """Apply the session fetch at `pos` to `m` (those before it, back to
         the follower's position, are skipped: see the module's docstring)."""
         session, link, _exact, held = st
@@ -445,11 +448,11 @@ class SessionDriver:
             return
         self.exact_fetches += 1
         leader_epoch, fetch_offset = held
+        log, base = session.log, session.base
         if pos > skipped_from:  # the fetches skipped showed the leader running
-            m.note_skipped_activity(session.leader, leader_epoch, session.entry(pos - 1)[0])
-        brokers = engine.brokers.get(m.cluster) or engine._brokers_of(m.cluster)
+            m.note_skipped_activity(session.leader, leader_epoch, log[pos - 1 - base][0])
         if engine.fetch_values:  # the fetch as its values: expanded_fetch's, without the event
-            ts, fetch_ts, broker_epoch, _order = session.entry(pos)
+            ts, fetch_ts, broker_epoch, _order = log[pos - base]
             leader_leo = m.leader_leo
             result = engine.apply_fetch(
                 m, session.replica, session.leader, leader_epoch, ts, fetch_ts, fetch_offset,
