@@ -264,24 +264,25 @@ class LocalEngine:
             hook(model, event, result, self.decisions)
         return result
 
-    def apply_fetch_values(self, key: tuple, replica: int, leader: int, leader_epoch: int,
-                           ts: int, fetch_ts: int, fetch_offset: int, leader_leo: int,
-                           broker_epoch: int) -> Optional[tuple[str, str]]:
+    def apply_fetch_values(self, key: tuple, first: PartitionModel, replica: int, leader: int,
+                           leader_epoch: int, ts: int, fetch_ts: int, fetch_offset: int,
+                           leader_leo: int, broker_epoch: int) -> Optional[tuple[str, str]]:
         """`apply` of a fetch given as its values (`fetch_values` must hold,
-        and the partition's models exist): a partition a session request
-        lists (sessions.py). Returns the first policy's result."""
+        and the partition's models exist; `first` is the first policy's): a
+        partition a session request lists (sessions.py). Returns the first
+        policy's result."""
         if ts > self.max_ts:
             self.max_ts = ts
         brokers = self.brokers.get(key[0]) or self._brokers_of(key[0])
-        first, outcome = True, None
-        for parts in self.partitions.values():
-            result = self.apply_fetch(parts[key], replica, leader, leader_epoch, ts, fetch_ts,
-                                      fetch_offset, leader_leo, broker_epoch, brokers, True)
-            if first and result is not None:
-                outcome = result
-                if result[0] == "ignored":
-                    self.ignored[result[1]] += 1
-            first = False
+        outcome = self.apply_fetch(first, replica, leader, leader_epoch, ts, fetch_ts,
+                                   fetch_offset, leader_leo, broker_epoch, brokers, True)
+        if outcome is not None and outcome[0] == "ignored":
+            self.ignored[outcome[1]] += 1
+        if len(self.policies) > 1:
+            partitions = self.partitions
+            for policy in self.policies[1:]:
+                self.apply_fetch(partitions[policy][key], replica, leader, leader_epoch, ts,
+                                 fetch_ts, fetch_offset, leader_leo, broker_epoch, brokers, True)
         return outcome
 
     def apply_fetch(self, model: PartitionModel, replica: int, leader: int, leader_epoch: int,

@@ -109,20 +109,24 @@ class SessionDriver:
             session = S.open(ev.cluster, ev.leader, ev.replica, ev.session_id)
             self.dirty.add(session.sid)
             session.epoch = next_epoch(ev.session_epoch)
+            hard = True  # no previous fetch
         else:
             S.bind(session, ev.session_id)
             session.epoch = next_epoch(ev.session_epoch)
             for p in ev.forgotten:
                 self._forget(session, (p.topic, p.partition))
-            if session.log and self._is_hard(session.log[-1], entry):
+            # (`last` holds the log's last entry, also once the log is cut.)
+            hard = self._is_hard(self.last.get(session.sid), entry)
+            if hard and session.log:
                 self.catch_up_session(session)
         first_problem = None
+        listed: list = []  # the first policy's model of each listed partition (None: new)
         for p in ev.partitions:
-            problem = self._apply_listed(ev, session, p, entry)
+            problem = self._apply_listed(ev, session, p, entry, listed)
             if problem is not None and first_problem is None:
                 first_problem = problem
         if session is not None:
-            if self._is_hard(self.last.get(session.sid), entry):
+            if hard:
                 # Pending for every partition it does not list, and to be
                 # applied exactly: they must be visited (deadlines.py).
                 self._touch_session(session)
@@ -131,31 +135,42 @@ class SessionDriver:
             self.last[session.sid] = entry
             parts, dirty = self.engine.partitions, self.engine.dirty
             touch = self.engine.deadlines.touch
-            for p in ev.partitions:
-                key = (ev.cluster, p.topic, p.partition)
-                for models in parts.values():
-                    m = models[key]
-                    m.sessions[session.sid] = [session.replica, end]
-                    touch(m)  # a new link: its pending fetches may differ
+            sid, cluster, single = session.sid, ev.cluster, len(parts) == 1
+            for p, first in zip(ev.partitions, listed):
+                if first is None or not single:
+                    key = (cluster, p.topic, p.partition)
+                    linked = [models[key] for models in parts.values()]
+                else:
+                    linked = (first,)
+                for m in linked:
+                    link = m.sessions.get(sid)
+                    if link is None:
+                        m.sessions[sid] = [session.replica, end]
+                    else:
+                        link[1] = end
+                    if not m.due_dirty:
+                        touch(m)  # a new link: its pending fetches may differ
                     dirty[id(m)] = m
             if len(session.log) > 2 * len(session.cached) + 64:
                 self.catch_up_session(session)
                 session.truncate()
         return first_problem
 
-    def _apply_listed(self, ev, session: Optional[Session], p, entry: tuple):
+    def _apply_listed(self, ev, session: Optional[Session], p, entry: tuple, listed: list):
         key = (ev.cluster, p.topic, p.partition)
         engine = self.engine
-        first = engine.partitions[engine.policies[0]].get(key)
+        partitions = engine.partitions
+        first = partitions[engine.policies[0]].get(key)
         # The partition's pending fetches first, at the old offset (apply's catch_up).
         if (first is not None and engine.fetch_values  # expanded_fetch's, as values
-                and all(key in parts for parts in engine.partitions.values())):
+                and (len(partitions) == 1
+                     or all(key in parts for parts in partitions.values()))):
             ts, fetch_ts, broker_epoch, _order = entry
             leader_leo, offset = p.leader_leo, p.fetch_offset
             if leader_leo is None:
                 leader_leo = first.leader_leo if first.leader_leo > offset else offset
             result = engine.apply_fetch_values(
-                key, ev.replica, ev.leader, p.leader_epoch, ts, fetch_ts, offset, leader_leo,
+                key, first, ev.replica, ev.leader, p.leader_epoch, ts, fetch_ts, offset, leader_leo,
                 -1 if broker_epoch == -2 else broker_epoch)
             status = None if result is None else result[0]
         else:  # a partition seen first, or a listener that wants the event
@@ -165,6 +180,7 @@ class SessionDriver:
             status = engine.apply(fetch).status
         if session is not None:
             session.cached[(p.topic, p.partition)] = [p.leader_epoch, p.fetch_offset]
+        listed.append(first)
         if status == "rejected":
             engine.ignored[REJECTED_IN_SESSION] += 1
             return ("ignored", REJECTED_IN_SESSION)
@@ -232,19 +248,32 @@ class SessionDriver:
         """Apply the session fetches `m` has not applied yet (exactly, see the
         module's docstring). `m.sessions[sid] = [replica, position]`."""
         by_sid = self.sessions.by_sid
+        # [session, link, exact, held]: exact while the next fetch must be applied as is
+        streams = None
         for sid, link in m.sessions.items():
-            if link[1] < by_sid[sid].end:
-                break
-        else:
+            session = by_sid[sid]
+            if link[1] < session.end:
+                if streams is None:
+                    streams = [[session, link, True]]
+                else:
+                    streams.append([session, link, True])
+        if streams is None:
             return  # nothing pending (the common case: a listed or busy partition)
-        # [session, link, exact]: exact while the next fetch must be applied as is
-        streams = [[by_sid[sid], link, True] for sid, link in m.sessions.items()
-                   if link[1] < by_sid[sid].end]
+        # Each stream's [leader_epoch, fetch_offset] its session holds for
+        # this partition (None: forgotten), looked up once: it does not
+        # change while catching up (only a listed fetch or a forget changes it).
+        tp = (m.topic, m.partition)
+        for st in streams:
+            st.append(st[0].cached.get(tp))
         engine = self.engine
         if engine.reached >= 0:
             engine._settle(m)  # the checks the deadline index let it skip
-        brokers = engine._brokers_of(m.cluster)
+        brokers = engine.brokers.get(m.cluster) or engine._brokers_of(m.cluster)
         last_run = -1  # the last instant run: one found again is not run twice
+        # The model's next instant, found again only once something was
+        # applied or run: a fold (a stream turned steady) changes nothing
+        # it reads.
+        instant, known = None, False
         while True:
             # The streams with a fetch pending (live), those whose next one is
             # not exact (steady), and the exact one whose next fetch comes
@@ -263,9 +292,11 @@ class SessionDriver:
                             nxt, t_next, o_next = st, e[0], e[3]
             if not live:
                 return
-            instant = engine.next_instant(m)
+            if not known:
+                instant, known = engine.next_instant(m), True
             if instant is not None and last_run < instant < t_next:
-                if self._jump(m, steady, instant, o_next):
+                known = False
+                if self._jump(m, steady, instant, o_next, brokers):
                     continue  # the followers moved: the instant may have too
                 seq, last_run = m.seq, instant
                 engine._advance_model(m, instant, True, brokers)
@@ -279,13 +310,15 @@ class SessionDriver:
                 # the next jump.
                 nxt[2] = False
                 continue
-            self._jump(m, steady, t_next, o_next)
+            if steady and self._jump(m, steady, t_next, o_next, brokers):
+                known = False
             if nxt is None:
                 return
             if self._folds(m, nxt, brokers):
                 nxt[2] = False  # its next fetch only moves times: it joins the next jump
                 continue
-            self._apply_entry(m, nxt, nxt[1][1])
+            known = False
+            self._apply_entry(m, nxt, nxt[1][1], brokers)
 
     @staticmethod
     def _at_leo(m, steady: list) -> bool:
@@ -358,8 +391,7 @@ class SessionDriver:
         listener may miss it. Then it need not be applied on its own: the
         stream turns steady, and the next jump applies the last of its
         fetches before the next instant, as after an exact fetch."""
-        session, link = st[0], st[1]
-        held = session.cached.get((m.topic, m.partition))
+        session, link, _exact, held = st
         leader_leo = m.leader_leo
         if (held is None or m.leader < 0 or m.stall_check_at >= 0 or held[1] != leader_leo
                 or session.leader != m.leader or held[0] != m.leader_epoch):
@@ -369,7 +401,7 @@ class SessionDriver:
         if (f is None or f.leo != leader_leo or f.last_fetch_leader_leo < leader_leo
                 or f.pending_offset >= 0 or f.pending_ts != 0 or replica not in m.isr):
             return False
-        ts, fetch_ts, epoch, _order = session.entry(link[1])
+        ts, fetch_ts, epoch, _order = session.log[link[1] - session.base]
         if epoch == -2:
             epoch = -1
         if epoch != f.broker_epoch or (brokers.states and brokers.is_stale_fetch(replica, epoch)):
@@ -381,28 +413,34 @@ class SessionDriver:
         bound = engine.quiet_serve_ms
         if bound is not None and ts - fetch_ts > bound:
             return False
-        return all(skips(m, replica, ts) for skips in engine._skips_fetch)
+        for skips in engine._skips_fetch:
+            if not skips(m, replica, ts):
+                return False
+        return True
 
-    def _jump(self, m, steady: list, ts: int, order: int) -> bool:
+    def _jump(self, m, steady: list, ts: int, order: int, brokers) -> bool:
         """Move each steady follower to its last pending fetch at or before
         `ts` and before `order`; True if one moved."""
         moved = False
-        if len(steady) > 1:
+        if len(steady) == 2:  # the common case: a partition's two followers
+            a, b = steady
+            if _next_order(b) < _next_order(a):
+                steady = (b, a)
+        elif len(steady) > 2:
             steady = sorted(steady, key=_next_order)
         for st in steady:
             session, link = st[0], st[1]
             j = session.last_at_or_before(link[1], session.end, ts, order)
             if j >= link[1]:
-                self._apply_entry(m, st, j)
+                self._apply_entry(m, st, j, brokers)
                 moved = True
         return moved
 
-    def _apply_entry(self, m, st: list, pos: int) -> None:
+    def _apply_entry(self, m, st: list, pos: int, brokers) -> None:
         """Apply the session fetch at `pos` to `m` (those before it, back to
         the follower's position, are skipped: see the module's docstring)."""
-        session, link = st[0], st[1]
+        session, link, _exact, held = st
         engine = self.engine
-        held = session.cached.get((m.topic, m.partition))
         skipped_from = link[1]
         link[1] = pos + 1
         engine.dirty[id(m)] = m
@@ -410,11 +448,11 @@ class SessionDriver:
             return
         self.exact_fetches += 1
         leader_epoch, fetch_offset = held
+        log, base = session.log, session.base
         if pos > skipped_from:  # the fetches skipped showed the leader running
-            m.note_skipped_activity(session.leader, leader_epoch, session.entry(pos - 1)[0])
-        brokers = engine.brokers.get(m.cluster) or engine._brokers_of(m.cluster)
+            m.note_skipped_activity(session.leader, leader_epoch, log[pos - 1 - base][0])
         if engine.fetch_values:  # the fetch as its values: expanded_fetch's, without the event
-            ts, fetch_ts, broker_epoch, _order = session.entry(pos)
+            ts, fetch_ts, broker_epoch, _order = log[pos - base]
             leader_leo = m.leader_leo
             result = engine.apply_fetch(
                 m, session.replica, session.leader, leader_epoch, ts, fetch_ts, fetch_offset,
@@ -426,7 +464,14 @@ class SessionDriver:
             result = engine._apply_to_model(m, fetch, brokers, False)
         if result is not None and m.rules.policy == engine.policies[0]:
             engine.ignored[result[1] if result[0] == "ignored" else REJECTED_IN_SESSION] += 1
-        st[2] = result is not None or not engine.skips_quiet_fetches(m)
+        if result is not None:
+            st[2] = True
+            return
+        for skips in engine._skips:  # engine.skips_quiet_fetches, inline
+            if not skips(m):
+                st[2] = True
+                return
+        st[2] = False
 
     # ------------------------------------------------------------ state
     def to_list(self) -> list:

@@ -213,7 +213,13 @@ class PartitionModel:
         """`apply` of a `fetch`, given as its values (`broker_epoch` -1: not
         sent): a session fetch is applied without building the event
         (isr/engine/sessions.py)."""
-        self._step_to(ts, brokers, out)
+        # _step_to(ts, brokers, out), inline: this runs for every fetch
+        if self.stall_check_at >= 0 and ts > confirm_by(self.rules, self.stall_check_at):
+            self.stall_check_at = self.stall_from = -1  # no fetch came in time
+        if ts > self.next_check:  # else no check instant lies before ts
+            self.advance(ts, False, brokers, out)
+        if ts > self.ts:
+            self.ts = ts
         if self.leader < 0:
             return NO_LEADER
         if leader_epoch != self.leader_epoch or leader != self.leader:

@@ -76,6 +76,10 @@ class Session:
         or pos - 1 if none (entries are in order, so a binary search)."""
         log, base = self.log, self.base
         lo, hi = pos - base, end - base
+        if hi > lo:
+            last = log[hi - 1]
+            if last[0] <= ts and last[3] < order:
+                return end - 1  # the common case: every pending fetch (a jump to the end)
         cut = bisect_right(log, ts, lo, hi, key=_ts)
         if cut > lo and log[cut - 1][3] >= order:
             cut = bisect_left(log, order, lo, cut, key=_order)
