@@ -30,6 +30,25 @@ FETCH_STABLE = frozenset(r.name for r in CATALOG if not r.fetch_can_end)
 APPEND_STABLE = frozenset(r.name for r in CATALOG if not r.append_can_end)
 
 
+def set_due(w: Watch, due: Optional[int], due_lag: int, P: RuleParams) -> None:
+    """The one writer of a watch's next instant (`due`, and whose lag
+    crossing it is: `due_lag`), called too wherever the alerts move: it
+    sets what derives from them (Watch: `wake`, `quiet_to`, `lag_floor`),
+    so none of it can be left stale."""
+    w.due, w.due_lag = due, due_lag
+    wake = NEVER if due is None else due
+    if w.alerts:
+        if w.alerts_due_floor < wake:
+            wake = w.alerts_due_floor
+        w.quiet_to = -1
+    else:
+        # (served_ms and unserved grow only where a scan follows, which
+        # comes here: a -1 left after they empty only costs a scan.)
+        w.quiet_to = -1 if w.served_ms or w.unserved else wake
+    w.wake = wake
+    w.lag_floor = lag_floor(due, P)
+
+
 def iso(ms: int) -> str:
     """Alertmanager's time format (RFC 3339, UTC, milliseconds)."""
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime(
@@ -159,7 +178,10 @@ class AlertEvaluator:
                      P: RuleParams) -> bool:
         """Whether no condition changes at a fetch that moved neither the
         leader's LEO nor the replicas and changed no ISR (those come through
-        on_change), so the scan is skipped. Such a fetch lowers its
+        on_change), so the scan is skipped: the plain fetch's rule
+        (AlertListener.on_fetch, which sends here only what it does not
+        settle) where an alert is active, `quiet_to` is not known, or the
+        follower's lag instant is to be taken. Such a fetch lowers its
         follower's lag, moves the HW forward or ends a silence, so it can end
         only the alerts that are not FETCH_STABLE. It can start only its own
         follower's lag, where that follower had none (it had never caught
@@ -174,8 +196,7 @@ class AlertEvaluator:
         if t is not None:
             if t > ts:
                 if w.due is None or t < w.due:
-                    w.due, w.due_lag = t, replica
-                    self._set_wake(w, P)
+                    set_due(w, t, replica, P)
             elif replica in model.isr and ("FollowerLagging", replica) not in w.alerts:
                 return False
         elif w.due_lag == replica:
@@ -235,37 +256,10 @@ class AlertEvaluator:
                 due = t
         return self._append_settles(w, model, ts, params, due)
 
-    @staticmethod
-    def append_at_once(w: Watch, model: PartitionView, ts: int) -> bool:
-        """after_event for an append, with no call, if it is plain that
-        _quiet_append_alone holds and moves nothing but times (else False,
-        and nothing done: after_event then). Most appends: no alert,
-        nothing due by `ts` (`wake`), every ISR follower at the old LEO
-        caught up at `lag_floor` or later, and the HW, already behind the
-        LEO, did not move (its stall crossing, unchanged, is in `due`)."""
-        old_leo = w.leader_leo
-        if ts >= w.wake or w.alerts or old_leo < 0:
-            return False
-        hw, stall = model.hw, w.stall
-        if hw != stall.hw or not (stall.behind or model.leader < 0):
-            return False
-        floor, followers = w.lag_floor, model.followers
-        for r in model.isr:
-            f = followers.get(r)
-            if f is not None and f.leo == old_leo and f.last_caught_up_ts < floor:
-                return False
-        leader_leo = model.leader_leo
-        if (leader_leo > hw) != stall.behind:
-            return False  # (the LEO went down: not an append's)
-        if ts > w.last_event_ts:
-            w.last_event_ts = ts
-        w.leader_leo, w.replica_count = leader_leo, len(model.replicas)
-        w.t = ts
-        return True
-
     def _quiet_append_alone(self, w: Watch, model: PartitionView, ts: int,
                             old_leo: int) -> bool:
-        """_quiet_append without an active alert (most appends). `due` is
+        """_quiet_append without an active alert (most appends; the plainest
+        end at AlertListener.on_event's first test, with no call). `due` is
         no later than every lag crossing of an ISR follower that was behind
         the old LEO `old_leo` (the scan that last set it saw each one, and
         since then every fetch noted its own follower's, and every append
@@ -306,8 +300,7 @@ class AlertEvaluator:
             # Brought forward: not known to be one follower's lag (a busy
             # partition's followers reach each new LEO soon, and a scan at
             # each of those fetches would cost more than the stale instant).
-            w.due, w.due_lag = due, -1
-            self._set_wake(w, params)
+            set_due(w, due, -1, params)
         w.t = ts
         return True
 
@@ -341,20 +334,10 @@ class AlertEvaluator:
                     due = t
         return due
 
-    @staticmethod
-    def _set_wake(w: Watch, P: RuleParams) -> None:
-        """`wake` and `lag_floor` after `due` or the alerts moved (Watch)."""
-        due = w.due
-        wake = NEVER if due is None else due
-        if w.alerts and w.alerts_due_floor < wake:
-            wake = w.alerts_due_floor
-        w.wake = wake
-        w.lag_floor = lag_floor(due, P)
-
     def _step(self, w: Watch, view: PartitionView, T: int, out: list) -> None:
         P = self._params.get(w.topic) or self.params(w.topic)  # params() once per topic
         w.flaps.prune(T, P.flap_window_ms)
-        holding, w.due, w.due_lag = scan(w, view, T, P)
+        holding, due, due_lag = scan(w, view, T, P)
         repeat = self.cfg.repeat_interval_ms
         for key, numbers in holding.items():
             state = w.alerts.get(key)
@@ -380,9 +363,9 @@ class AlertEvaluator:
             w.alerts_due_floor = min(since + P.for_ms[name] if fired < 0 else sent + repeat
                                      for (name, _r), (since, fired, sent) in w.alerts.items())
         w.t = T
-        self._set_wake(w, P)
+        set_due(w, due, due_lag, P)
         if self.exhaustive:  # forget what lets the next event or instant skip its scan
-            w.leader_leo = w.alerts_due_floor = w.wake = -1
+            w.leader_leo = w.alerts_due_floor = w.wake = w.quiet_to = -1
 
     def _record(self, w: Watch, key: tuple[str, int], P: RuleParams, status: str,
                 started: int, T: int, description: str) -> Alert:

@@ -9,11 +9,12 @@ from isr.alerts.evaluator import AlertEvaluator
 from isr.alerts.watch import Watch
 from isr.config import AlertSettings
 from isr.engine.listeners import Listener
+from isr.model.rules import at_leader_leo
 
 
 class AlertListener(Listener):
     name = "alerts"
-    advance_gated = True  # Watch.wake (evaluator._set_wake)
+    advance_gated = True  # Watch.wake (evaluator.set_due)
 
     def __init__(self, cfg: AlertSettings, replica_lag_time_max_ms: int) -> None:
         self.evaluator = AlertEvaluator(cfg, replica_lag_time_max_ms)
@@ -54,44 +55,97 @@ class AlertListener(Listener):
         self.evaluator.on_change(w, model, change, out)
 
     def on_event(self, model, event, outcome, out: list) -> None:
+        """Most appends end at the first test, with no call: what the
+        evaluator's after_event does for an append when it is plain that
+        _quiet_append_alone holds and moves nothing but times: no alert, no
+        slow or unserved fetch, nothing due by `ts` (Watch.quiet_to), every
+        ISR follower at the old LEO caught up at `lag_floor` or later, and
+        the HW, already behind the LEO, did not move (its stall crossing,
+        unchanged, is in `due`)."""
         w = model.watch or self._watch(model)
         self.dirty[w] = w
         if outcome is not None:  # ignored or rejected
             self.evaluator.after_ignored(w, model, event.ts, out)
-        elif (kind := event.type) == "fetch":  # (the engine hands most as values: on_fetch)
+        elif (kind := event.type) == "append":
+            ts, old_leo, hw, stall = event.ts, w.leader_leo, model.hw, w.stall
+            if (ts < w.quiet_to and old_leo >= 0 and hw == stall.hw
+                    and (stall.behind or model.leader < 0)):
+                floor, followers = w.lag_floor, model.followers
+                for r in model.isr:
+                    f = followers.get(r)
+                    if f is not None and f.leo == old_leo and f.last_caught_up_ts < floor:
+                        break
+                else:
+                    leader_leo = model.leader_leo
+                    if (leader_leo > hw) == stall.behind:  # (else the LEO went down)
+                        if ts > w.last_event_ts:
+                            w.last_event_ts = ts
+                        w.leader_leo, w.replica_count = leader_leo, len(model.replicas)
+                        w.t = ts
+                        return
+            self.evaluator.after_event(w, model, event, out)
+        elif kind == "fetch":  # (the engine hands most as values: on_fetch)
             ts, received_ts = event.ts, event.received_ts
             self.on_fetch(model, event.replica, ts, ts if received_ts is None else received_ts,
                           None, out)
-        elif kind != "append" or not self.evaluator.append_at_once(w, model, event.ts):
+        else:
             self.evaluator.after_event(w, model, event, out)
 
-    def on_fetch(self, model, replica: int, ts: int, fetch_ts: int, outcome, out: list) -> None:
-        """Most fetches end at the first test, with no call: what the
-        evaluator's after_fetch does (_note_event, _quiet_fetch) when no alert
-        is active, the leader's LEO and the replicas did not move, nothing is
-        slow or unserved, nothing is due by `ts` (Watch.wake), and the
-        follower's lag crossing, if any, is no earlier than `due`
-        (Watch.lag_floor) and not `due` itself (`due_lag`)."""
+    def on_fetch(self, model, replica: int, ts: int, fetch_ts: int, outcome,
+                 out: Optional[list]) -> Optional[bool]:
+        """Most fetches end at the first test, with no call. It is the rule,
+        kept here once, of a *plain* fetch: one served in time that changed
+        no ISR and changes nothing the alerts read but times, so that what
+        the evaluator's after_fetch would do is only to note them
+        (_note_event, no scan):
+        - no alert is active, no fetch of the watch is slow or unserved, and
+          nothing is due by `ts` (Watch.quiet_to);
+        - the leader's LEO and the number of replicas are as at the last
+          event (a move can start or end a lag, a stall, an ISR condition);
+        - the follower is not the one whose lag crossing `due` is
+          (`due_lag`: that instant is then stale, and a scan finds the next);
+        - the follower crosses its lag limit no earlier than `due`, if at all
+          (Watch.lag_floor, else lag_crossing's own test: never caught up,
+          or at the LEO).
+        Anything else goes to after_fetch (its _quiet_fetch is the same rule
+        with an alert active or a lag instant to take).
+
+        `out` None: a dry run for skips_fetch, changing nothing. The fetch is
+        then not applied yet and leaves its follower at the leader's LEO
+        (sessions.py, `_folds`); it is plain if the rule holds of the model
+        as it stands and the HW is as noted (the fold would move it unseen)."""
         w = model.watch or self._watch(model)
-        self.dirty[w] = w
         if outcome is None:
             leader_leo = model.leader_leo
-            if (ts < w.wake and not w.alerts and leader_leo == w.leader_leo
-                    and not w.unserved and not w.served_ms
-                    and ts - fetch_ts <= self.serve_ms and replica != w.due_lag
+            if (ts < w.quiet_to and leader_leo == w.leader_leo and replica != w.due_lag
+                    and ts - fetch_ts <= self.serve_ms
                     and len(model.replicas) == w.replica_count):
                 f = model.followers.get(replica)
-                if f is not None and f.last_caught_up_ts >= w.lag_floor:
-                    if ts > w.last_event_ts:
-                        w.last_event_ts = ts
+                if f is not None and (f.last_caught_up_ts >= w.lag_floor
+                                      or f.last_caught_up_ts <= 0
+                                      or at_leader_leo(f, leader_leo)):
                     hw, stall = model.hw, w.stall
                     if hw != stall.hw or (leader_leo > hw) != stall.behind:
+                        if out is None:
+                            return False
                         stall.note(hw, leader_leo, ts)
+                    elif out is None:
+                        return True
+                    self.dirty[w] = w
+                    if ts > w.last_event_ts:
+                        w.last_event_ts = ts
                     w.t = ts
-                    return
+                    return None
+            if out is None:
+                return False
+            self.dirty[w] = w
             self.evaluator.after_fetch(w, model, replica, ts, fetch_ts, out)
-        else:  # ignored or rejected
+        elif out is not None:  # ignored or rejected
+            self.dirty[w] = w
             self.evaluator.after_ignored(w, model, ts, out)
+        else:
+            return False
+        return None
 
     def on_broker(self, model, event, out: list) -> None:
         # A broker leaving can leave the partition leaderless with no ISR
@@ -113,18 +167,9 @@ class AlertListener(Listener):
         return not (model.watch or self._watch(model)).alerts
 
     def skips_fetch(self, model, replica: int, ts: int) -> bool:
-        # What after_fetch does at such a fetch, served in time, when it only
-        # notes the event's time (_quiet_fetch: no lag to start at the LEO):
-        # no alert, nothing moved since the last event, no slow or unserved
-        # fetch of the replica to forget, nothing due by ts, no instant of
-        # its lag to drop.
-        w = model.watch or self._watch(model)
-        hw, stall, leader_leo = model.hw, w.stall, model.leader_leo
-        return (not w.alerts and w.leader_leo == leader_leo and w.due_lag != replica
-                and w.replica_count == len(model.replicas)
-                and stall.hw == hw and stall.behind == (leader_leo > hw)
-                and replica not in w.served_ms and replica not in w.unserved
-                and (w.due is None or w.due > ts))
+        # A plain fetch: on_fetch's rule, as a dry run (served in time: the
+        # session driver checks quiet_serve_ms).
+        return bool(self.on_fetch(model, replica, ts, ts, None, None))
 
     def quiet_serve_ms(self) -> Optional[int]:
         return self.evaluator.serve_ms

@@ -40,7 +40,7 @@ class Watch:
     __slots__ = ("cluster", "topic", "partition", "policy", "t", "due", "stall",
                  "last_event_ts", "served_ms", "unserved", "reported", "flaps", "alerts",
                  "alerts_due_floor", "leader_leo", "replica_count", "due_lag", "wake",
-                 "lag_floor")
+                 "lag_floor", "quiet_to")
 
     def __init__(self, cluster: str, topic: str, partition: int, policy: str) -> None:
         self.cluster, self.topic, self.partition, self.policy = cluster, topic, partition, policy
@@ -67,13 +67,18 @@ class Watch:
         # The leader's LEO and number of replicas after the last event (-1:
         # not known, as after a restore: the next event is scanned).
         self.leader_leo = self.replica_count = -1
-        # What lets an event skip the evaluator's calls (evaluator._set_wake),
-        # derived from the fields above and not saved: no instant of the
-        # watch's lies before `wake` (-1: not known, so the engine calls
-        # on_advance before every event: listeners.py, advance_gated), and
-        # a follower last caught up at `lag_floor` or later crosses its lag
-        # limit no earlier than `due`, if at all (conditions.lag_floor).
-        self.wake = -1
+        # Derived from the fields above, not saved, and written only with
+        # `due` (evaluator.set_due, which the evaluator calls wherever `due`
+        # or the alerts move, so none of them can be left stale):
+        # - no instant of the watch's lies before `wake` (-1: not known, so
+        #   the engine calls on_advance before every event: listeners.py,
+        #   advance_gated);
+        # - `quiet_to` is `wake` while no alert is active and no fetch of
+        #   the watch is slow or unserved, else -1: a fetch before it may
+        #   skip the scan (AlertListener.on_fetch);
+        # - a follower last caught up at `lag_floor` or later crosses its lag
+        #   limit no earlier than `due`, if at all (conditions.lag_floor).
+        self.wake = self.quiet_to = -1
         self.lag_floor = NEVER
 
     def to_list(self) -> list:
