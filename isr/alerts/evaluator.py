@@ -170,8 +170,11 @@ class AlertEvaluator:
         """A broker event of the partition's cluster was applied at `ts`. Any
         ISR change it caused came through on_change; what else it can change
         is the leader, gone (the model's controller_removal). So only a
-        leaderless partition is scanned, not every partition of the cluster."""
-        if model.leader < 0 or self.exhaustive:
+        leaderless partition is scanned, not every partition of the cluster,
+        and one whose next instant is this event's time: a scan after the
+        broker event would take it there, before a later event of the same
+        time could settle it (as a scan after every event does)."""
+        if model.leader < 0 or self.exhaustive or w.wake <= ts:
             self._step(w, model, ts, out)
 
     def _quiet_fetch(self, w: Watch, model: PartitionView, replica: int, ts: int,
