@@ -80,3 +80,19 @@ def test_the_states_read_as_a_list_of_partition_state():
     assert len(states) == 3 and states[1] is views[1] and list(states) == views
     assert states == views and [0] + states == [0, *views] and states + [0] == [*views, 0]
     assert [s.partition for s in states] == [0, 1, 2] and states[0].ts == T0
+
+
+def test_a_replay_without_states_decides_and_counts_the_same(tmp_path):
+    """`isr replay --no-state` skips the final catch-up and views: nothing
+    else it reports may change."""
+    from pathlib import Path
+
+    from isr.pipeline.local import replay
+
+    src = str(Path(__file__).resolve().parents[1] / "examples" / "kip501-slow-leader.jsonl")
+    monitor = MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000)
+    full, bare = replay([src], monitor), replay([src], monitor, states=False)
+    assert len(full.states) > 0 and bare.states == []
+    assert [d.model_dump_json() for d in bare.decisions] == [
+        d.model_dump_json() for d in full.decisions] and full.decisions
+    assert bare.stats == full.stats and bare.summary == full.summary
