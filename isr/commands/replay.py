@@ -75,7 +75,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         with (RichProgress(err) if show_progress else nullcontext()) as progress:
             result = replay(args.events, settings.monitor, progress, whatif=bool(args.report),
-                            merge=args.merge, max_line_bytes=settings.input.max_line_bytes)
+                            merge=args.merge, max_line_bytes=settings.input.max_line_bytes,
+                            states=not args.no_state)
     out_cm = open(args.output, "wb") if args.output not in (None, "-") else nullcontext(
         sys.stdout.buffer)
     with out_cm as out:

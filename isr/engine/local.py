@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from isr.config import MonitorSettings
 from isr.contract.decode import Rejection, decode_many
-from isr.contract.decisions import PartitionState
+from isr.contract.decisions import PartitionStates
 from isr.contract.events import BROKER, LEADER, SCOPE
 from isr.engine.deadlines import EAGER, DeadlineIndex
 from isr.engine.listeners import Listener, hooks
@@ -517,8 +517,11 @@ class LocalEngine:
             for key in sorted(parts):
                 yield parts[key]
 
-    def states(self) -> list[PartitionState]:
-        return [m.view() for m in self.models()]
+    def states(self) -> PartitionStates:
+        """Every partition's partition_state record, as its fields: a
+        sequence of PartitionState views made on first use, whose JSON `isr
+        replay` writes without them (contract/decisions.py)."""
+        return PartitionStates([m.state_fields() for m in self.models()])
 
     def close(self) -> None:
         """Done with the engine (the end of a replay): its one reference

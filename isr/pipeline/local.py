@@ -19,7 +19,7 @@ import orjson
 
 from isr.config import MonitorSettings
 from isr.contract import DeadLetter, Rejection
-from isr.contract.decisions import output_order
+from isr.contract.decisions import PartitionStates, output_order
 from isr.contract.decode import decode_many
 from isr.engine.local import LocalEngine
 from isr.engine.sequencer import FUTURE, LATE
@@ -84,18 +84,20 @@ def merged(sources: list[str], progress: Optional[Progress],
 
 def replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Progress] = None,
            whatif: bool = False, merge: bool = False,
-           max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> ReplayResult:
+           max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, states: bool = True) -> ReplayResult:
     """`whatif`: also follow every partition under every policy for the
     what-if report (result.whatif, result.whatif_rows). `merge`: interleave
     the files by ts (the outputs of several taps) instead of reading one after
-    the other. A line over `max_line_bytes` is a `too_long` dead letter."""
+    the other. A line over `max_line_bytes` is a `too_long` dead letter.
+    `states`: False leaves result.states empty (`isr replay --no-state`)."""
     with no_gc_passes():
-        return _replay(sources, monitor, progress, whatif, merge, max_line_bytes)
+        return _replay(sources, monitor, progress, whatif, merge, max_line_bytes, states)
 
 
 def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Progress],
             with_whatif: bool, merge: bool = False,
-            max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> ReplayResult:
+            max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, with_states: bool = True
+            ) -> ReplayResult:
     stats = ReplayStats()
     dead: list[DeadLetter] = []
 
@@ -139,7 +141,13 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
     stats.ignored = engine.ignored
     stats.session_anomalies = engine.session_driver.sessions.anomalies
     dead.sort(key=lambda d: (d.source, d.offset))  # as every engine reports them
-    result = ReplayResult(sorted(decisions, key=output_order), engine.states(), dead, stats,
+    # The final states: the models brought up to date with their sessions'
+    # fetches, which only moves followers' times now (finish ran every
+    # check that could act); not even that without them (--no-state), unless
+    # the what-if listener still hears them.
+    states = engine.states() if with_states or whatif is not None else []
+    result = ReplayResult(sorted(decisions, key=output_order),
+                          states if with_states else [], dead, stats,
                           summary(engine, decisions))
     engine.close()  # freed by reference counting when this returns, not by a GC pass
     if whatif is not None:
@@ -151,6 +159,9 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
 
 
 def write_jsonl(records, stream: BinaryIO) -> None:
+    if isinstance(records, PartitionStates):  # their JSON without the pydantic objects
+        stream.writelines(records.jsonl())
+        return
     for record in records:
         stream.write(record.model_dump_json().encode())
         stream.write(b"\n")
