@@ -26,9 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, block_lines
-from isr.stream import rowindex
 from isr.stream.packing import END_OF_INPUT, Packer, fewer_gc_passes_while, packed_batch
-from isr.stream.packrows import packed_rows
 from isr.sinks.progress import RECORDS
 from isr.stream.source import pack_settings, record_batch, source_schema
 
@@ -100,6 +98,8 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         input would be spent for nothing."""
         if self._starts is None:
             if self.index is not None:
+                from isr.stream import rowindex  # numpy: only where it is used
+
                 # (start, line, ...) records: a row's place, as line_starts gives it
                 self._starts = rowindex.file_starts(rowindex.load(self.index), self.file_rows)
             else:
@@ -154,6 +154,10 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.pack is None:
             return fewer_gc_passes_while(read_lines(partition))
         if partition.index is not None:
+            # Imported here: Spark's planning processes import this module and
+            # must connect back within 10 s (docs/streaming.md, "On a cluster").
+            from isr.stream.packrows import packed_rows
+
             return fewer_gc_passes_while(packed_rows(partition, self.pack))
         return fewer_gc_passes_while(packed_lines(partition, self.pack))  # no clock: a replay
 
