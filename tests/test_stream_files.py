@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from isr.config import load_settings
 from isr.linecap import Overlong, block_lines, bounded_lines
 from isr.stream.files import LineRange, line_starts, packed_lines, read_lines
 from isr.stream.packing import END_OF_INPUT, pack_schema
@@ -123,3 +125,106 @@ def unpacked(batches) -> list[dict]:
 
 def summaries(batches) -> list:
     return [(b.column("bucket").to_pylist(), b.column("summary").to_pylist()) for b in batches]
+
+
+# The row index (isr/stream/rowindex.py): the admission's verdicts and each
+# row's bucket, so that the readers pack without decoding.
+APPEND = (b'{"v":1,"type":"append","ts":%d,"cluster":"c","topic":"t","partition":%d,'
+          b'"leader":1,"leader_epoch":0,"leader_leo":%d}')
+SESSION = (b'{"v":1,"type":"fetch_session","ts":%d,"cluster":"c","leader":1,"replica":2,'
+           b'"session_id":7,"session_epoch":%d,"full":false,"partitions":[{"topic":"t",'
+           b'"partition":0,"leader_epoch":0,"fetch_offset":3},{"topic":"t","partition":1,'
+           b'"leader_epoch":0,"fetch_offset":1}],"forgotten":[]}')
+BROKER = b'{"v":1,"type":"broker","ts":%d,"cluster":"c","broker":2,"broker_epoch":5,"state":"fenced"}'
+
+
+ROW_SETTINGS = load_settings(None, ["input.max_line_bytes=200", "monitor.allowed_lateness_ms=5000",
+                                    "monitor.max_future_ms=60000"])
+
+
+@st.composite
+def event_files(draw) -> bytes:
+    """Lines of every kind: events of a few partitions, sessions, broker
+    events, late and future ones, rejected, blank, carriage returns, overlong."""
+    out, ts = [], 1_000_000
+    for i in range(draw(st.integers(0, 60))):
+        ts += draw(st.integers(0, 3000))
+        kind = draw(st.sampled_from(["append"] * 6 + ["late", "future", "session", "broker",
+                                                       "cr", "bad", "blank", "long"]))
+        if kind == "append":
+            out.append(APPEND % (ts, draw(st.integers(0, 5)), i))
+        elif kind == "late":
+            out.append(APPEND % (ts - 9000, 1, i))
+        elif kind == "future":
+            out.append(APPEND % (ts + 100_000, 2, i))
+        elif kind == "session":
+            out.append(SESSION % (ts, i))
+        elif kind == "broker":
+            out.append(BROKER % ts)
+        elif kind == "cr":
+            out.append(APPEND % (ts, 3, i) + b"\r")
+        else:
+            out.append(draw(st.sampled_from(PIECES[5:])) if kind in ("bad", "blank")
+                       else b"x" * 300)
+    return b"\n".join(out) + draw(st.sampled_from([b"", b"\n"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(event_files(), st.integers(1, 3), st.integers(1, 7), st.data())
+def test_ranges_packed_from_the_row_index_are_packed_as_when_each_line_is_decoded(
+        tmp_path_factory, data, buckets, rows_per_batch, draw):
+    from isr.stream.packrows import packed_rows
+    from isr.stream.replay_spark import Admission
+
+    tmp = tmp_path_factory.mktemp("rows")
+    path = str(tmp / "events.jsonl")
+    with open(path, "wb") as f:
+        f.write(data)
+    admitted = Admission([path], ["events.jsonl"], ROW_SETTINGS, buckets)
+    admitted.save_index(str(tmp / "rows.npy"))
+    starts = line_starts(path, 200)
+    assert [(int(r["start"]), int(r["line"])) for r in np.load(str(tmp / "rows.npy"))] == starts
+    if not starts:
+        return
+    first = draw.draw(st.integers(0, len(starts) - 1))
+    count = draw.draw(st.integers(1, len(starts) - first))
+    byte, number = starts[first]
+    skip = frozenset(i for i in admitted.skip if first <= i < first + count)
+    pack = {"labels": list(range(buckets)), "max_future_ms": 60_000}
+    decoding = LineRange(path, "events.jsonl", first, number, count, byte, False, 0, skip, 200)
+    indexed = LineRange(path, "events.jsonl", first, number, count, byte, False, 0,
+                        frozenset(), 200, str(tmp / "rows.npy"), len(starts))
+    expected = list(packed_lines(decoding, pack))
+    got = list(packed_rows(indexed, pack, rows_per_batch))
+    assert by_bucket(got) == by_bucket(expected)  # batches cut elsewhere: each bucket's rows
+    assert hold(got) == hold(expected)
+
+
+def by_bucket(batches) -> dict:
+    rows: dict = {}
+    for row in unpacked(batches):
+        rows.setdefault(row["bucket"], []).append(row)
+    return rows
+
+
+def hold(batches):
+    from isr.stream.packing import hold_of
+    return hold_of([s for b in batches for s in b.column("summary").to_pylist()])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 20_000), max_size=40), st.integers(-1, 9000),
+       st.sampled_from([None, 3000]))
+def test_offering_stamps_in_bulk_refuses_as_offering_them_one_at_a_time(stamps, start, future):
+    from isr.engine.sequencer import FUTURE, Sequencer
+
+    one, bulk = Sequencer(1000, future, max_ts=start), Sequencer(1000, future, max_ts=start)
+    refused = [(i, one.refusal(v, ts)) for i, ts in enumerate(stamps)
+               if (v := one.offer(ts, i, None)) is not None]
+    got = bulk.offer_stamps(np.array(stamps, np.int64))
+    if got is None:  # a future one among them: the caller offers one at a time
+        again = Sequencer(1000, future, max_ts=start)
+        assert FUTURE in [again.offer(ts, i, None) for i, ts in enumerate(stamps)]
+        return
+    assert got == refused
+    assert bulk.max_ts == one.max_ts

@@ -143,6 +143,20 @@ class LocalEngine:
             self._run(sequencer.release())
         return APPLIED
 
+    def queue_raw(self, entries: list, max_ts: int) -> None:
+        """`submit_raw` of many (ts, seq, event, origin) entries at once, when
+        the watermark is external and no entry is before it (the caller
+        checked: none is late), `max_ts` the largest ts among them. Nothing is
+        released: the watermark did not move, and every queued event is at or
+        after it."""
+        sequencer = self.sequencer
+        assert sequencer.external, "queue_raw: only under an external watermark"
+        sequencer.queued.extend(entries)
+        if max_ts > sequencer.max_ts:
+            sequencer.max_ts = max_ts
+        if max_ts > self.max_ts:
+            self.max_ts = max_ts
+
     def advance_watermark(self, watermark: Optional[int] = None) -> None:
         """Streaming: apply what the watermark released and run every check
         before it, idle partitions included. Decisions up to the watermark are

@@ -81,6 +81,32 @@ class Sequencer:
         self.queued.append((ts, seq, event, origin))
         return None
 
+    def offer_stamps(self, stamps) -> Optional[list[tuple[int, str]]]:
+        """`offer` of each ts of `stamps` (a numpy int64 array) in turn, but
+        nothing queued, in bulk (the Spark replay's admission): [(position,
+        reason)] of those refused as late; None, and nothing changed, when one
+        may be future (then offer them one at a time). Not for an external
+        watermark. A late event never moves `max_ts`, so without a future one
+        the largest ts before each event is a running maximum."""
+        import numpy as np
+
+        if not len(stamps):
+            return []
+        upto = np.maximum.accumulate(np.maximum(stamps, self.max_ts))
+        before = np.empty_like(upto)
+        before[0] = self.max_ts
+        before[1:] = upto[:-1]
+        known = before >= 0
+        if self.max_future_ms is not None and (
+                known & (stamps > before + self.max_future_ms)).any():
+            return None
+        late = np.flatnonzero(known & (stamps < before - self.allowed_lateness_ms)).tolist()
+        lateness = self.allowed_lateness_ms
+        refused = [(i, late_reason(int(stamps[i]), int(before[i]) - lateness, lateness))
+                   for i in late]
+        self.max_ts = int(upto[-1])
+        return refused
+
     def refusal(self, verdict: str, ts: int) -> str:
         """The reason for what `offer` just refused."""
         if verdict == FUTURE:

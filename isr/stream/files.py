@@ -58,13 +58,17 @@ class LineRange(InputPartition):
     def __init__(self, path: str, label: str, first_index: int, first_line: int, count: int,
                  byte_start: int, end_row: bool, end_ts: int,
                  skip: frozenset = frozenset(),
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                 index: Optional[str] = None, file_end: int = 0) -> None:
         super().__init__((path, first_index, count))
         self.path, self.label, self.first_index, self.first_line, self.count = (
             path, label, first_index, first_line, count)
         self.byte_start, self.end_row, self.end_ts = byte_start, end_row, end_ts
         self.skip = skip  # row indices in this range to leave out
         self.max_line_bytes = max_line_bytes
+        # The admission's row index (rowindex.py), and the row index after
+        # this file's last row: packed_rows reads the range without decoding.
+        self.index, self.file_end = index, file_end
 
 
 class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -76,6 +80,11 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.end_ts = int(opts["end_ts"])
         skip_path = opts.get("skip")
         self.skip: list[int] = json.load(open(skip_path)) if skip_path else []
+        # The admission's row index (rowindex.py) and each file's rows in it:
+        # the lines' places are read from it, and they are packed without
+        # decoding (packed_rows). Without it, every line is decoded here.
+        self.index: Optional[str] = opts.get("index")
+        self.file_rows: Optional[list[int]] = json.loads(opts["rows"]) if self.index else None
         limit = opts.get("maxoffsetspertrigger")
         self.max_rows = int(limit) if limit else None
         self.pack = pack_settings(options)  # packs as it reads (source.pack_option)
@@ -88,7 +97,13 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         readers in processes that only plan, where a whole pass over the
         input would be spent for nothing."""
         if self._starts is None:
-            self._starts = [line_starts(p, self.max_line_bytes) for p in self.paths]
+            if self.index is not None:
+                from isr.stream import rowindex  # numpy: only where it is used
+
+                # (start, line, ...) records: a row's place, as line_starts gives it
+                self._starts = rowindex.file_starts(rowindex.load(self.index), self.file_rows)
+            else:
+                self._starts = [line_starts(p, self.max_line_bytes) for p in self.paths]
         return self._starts
 
     @property
@@ -126,10 +141,10 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Chunks, so that several tasks read (and pre-process) in parallel.
             for chunk in range(first, last, chunk_rows):
                 count = min(chunk_rows, last - chunk)
-                byte, number = starts[chunk - base]
+                byte, number = (int(x) for x in tuple(starts[chunk - base])[:2])
                 skip = frozenset(i for i in self.skip if chunk <= i < chunk + count)
                 ranges.append(LineRange(path, label, chunk, number, count, byte, False, 0, skip,
-                                        self.max_line_bytes))
+                                        self.max_line_bytes, self.index, base + len(starts)))
             base += len(starts)
         if lo <= base < hi:  # the end-of-input row
             ranges.append(LineRange("", "", base, 0, 0, 0, True, self.end_ts))
@@ -138,6 +153,12 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: LineRange) -> Iterator:
         if self.pack is None:
             return fewer_gc_passes_while(read_lines(partition))
+        if partition.index is not None:
+            # Imported here: Spark's planning processes import this module and
+            # must connect back within 10 s (docs/streaming.md, "On a cluster").
+            from isr.stream.packrows import packed_rows
+
+            return fewer_gc_passes_while(packed_rows(partition, self.pack))
         return fewer_gc_passes_while(packed_lines(partition, self.pack))  # no clock: a replay
 
 

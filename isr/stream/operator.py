@@ -24,6 +24,7 @@ from typing import Iterator, Optional, Sequence
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from isr.config import MonitorSettings
 from isr.contract.decisions import DeadLetter
@@ -159,13 +160,18 @@ class BucketProcessor:
         dead: list[DeadLetter] = []
         end_ts = None
         flush = False
+        self._speak_for_sessions(engine, bucket.layout)
+        arrived = bucket.arrived = []
+        plain, table = _split_plain(table, bucket.watermark)
+        if plain is not None:  # events none of which is late: queued at once
+            arrived.extend(zip(plain["ts"], plain["seq"], plain["value"],
+                               zip(plain["source"], plain["offset"], plain["value"])))
+            engine.queue_raw(arrived, plain["max_ts"])
         cols = {name: table.column(name).to_pylist() for name in PACK_COLUMNS}
         sources, offsets, reasons = cols["source"], cols["offset"], cols["reason"]
         ts_of = cols["ts"]
         shared, wholes = cols["shared"], cols["whole"]
         submit = engine.submit_raw
-        self._speak_for_sessions(engine, bucket.layout)
-        arrived = bucket.arrived = []
         for i, value in enumerate(cols["value"]):
             end = cols["end_ts"][i]
             if end is not None:
@@ -245,6 +251,35 @@ class BucketProcessor:
         out.extend(to_record(s, self.several) for s in states)
         out.extend(to_record(d) for d in dead)
         return out
+
+
+def _split_plain(table, watermark: int):
+    """(the columns `process` needs of the batch's plain events as lists, the
+    other rows as a table). Plain: an event packed as it came (no rejection,
+    marker or session share), at or after the bucket's `watermark` (not
+    late); those are queued at once. (None, table) when any is late."""
+    n = table.num_rows
+    if not n:
+        return None, table
+    ts = table.column("ts")
+    plain = pc.and_(pc.and_(pc.is_valid(ts), pc.is_null(table.column("reason"))),
+                    pc.and_(pc.is_null(table.column("end_ts")),
+                            pc.is_null(table.column("shared"))))
+    count = pc.sum(plain).as_py() or 0
+    if not count:
+        return None, table
+    events, rest = ((table, table.slice(0, 0)) if count == n else
+                    (table.filter(plain), table.filter(pc.invert(plain))))
+    ts = events.column("ts")
+    if pc.min(ts).as_py() < watermark:
+        return None, table
+    sources = events.column("source")
+    names = pc.unique(sources)
+    return ({"ts": ts.to_pylist(), "max_ts": pc.max(ts).as_py(),
+             "seq": events.column("seq").to_pylist(), "value": events.column("value").to_pylist(),
+             "source": ([names[0].as_py()] * count if len(names) == 1
+                        else sources.to_pylist()),
+             "offset": events.column("offset").to_pylist()}, rest)
 
 
 def bucket_summary(engine: LocalEngine) -> dict:

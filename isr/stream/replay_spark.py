@@ -10,19 +10,26 @@ import shutil
 import sys
 import tempfile
 from collections import Counter
+from itertools import islice
+from operator import attrgetter
 from typing import Optional
+
+import numpy as np
 
 from isr.config import Settings
 from isr.contract import DECISION_TYPES, Rejection
 from isr.contract.decode import decode_many
 from isr.contract.decisions import output_order
 from isr.contract.decisions import DeadLetter
+from isr.contract.events import BROKER, LEADER, PARTITION, SCOPE
 from isr.contract.records import INTERNAL_KINDS, SUMMARY, OutputRecord
-from isr.engine.sequencer import Sequencer
+from isr.engine.sequencer import LATE, Sequencer
 from isr.engine.summary import summarize
 from isr.gc_tuning import fewer_gc_passes
 from isr.linecap import Overlong, block_lines
 from isr.pipeline.results import ReplayResult, ReplayStats, too_long
+from isr.stream import rowindex
+from isr.stream.packing import bucket_of
 
 
 class Admission:
@@ -31,57 +38,167 @@ class Admission:
     here and never reach the job, whatever its micro-batches, and the
     largest admitted ts is where the job's last checks run (`end_ts`).
     Lines are decoded in chunks (`decode_many`, the same verdicts as
-    `decode` one at a time) and offered in file order, as `isr replay` does."""
+    `decode` one at a time) and offered in file order, as `isr replay` does.
+
+    With `buckets` it also writes the row index (rowindex.py): each row's
+    place in its file, ts and bucket, so that the file source's readers
+    pack without decoding (files.packed_rows)."""
 
     CHUNK = 8192  # lines decoded at a time
 
-    def __init__(self, paths: list[str], labels: list[str], settings: Settings) -> None:
+    def __init__(self, paths: list[str], labels: list[str], settings: Settings,
+                 buckets: Optional[int] = None) -> None:
         monitor = settings.monitor
         self.sequencer = Sequencer(monitor.allowed_lateness_ms, monitor.max_future_ms)
         self.lines = 0
         self.skip: list[int] = []  # row indices over all files
         self.dead: list[DeadLetter] = []
+        self.buckets = buckets
+        self.index = rowindex.Builder() if buckets else None
+        self.rows: list[int] = []  # rows per file
+        self._homes: dict[tuple, int] = {}  # (cluster, topic, partition) -> bucket
         with fewer_gc_passes():  # as `isr replay`: the collector would walk every chunk
             for path, label in zip(paths, labels):
+                first = self.lines
                 self._read(path, label, settings.input.max_line_bytes)
+                self.rows.append(self.lines - first)
         self.end_ts = self.sequencer.max_ts
 
+    def save_index(self, path: str) -> None:
+        self.index.save(path)
+
     def _read(self, path: str, label: str, max_line_bytes: int) -> None:
-        chunk: list[tuple[int, int, bytes]] = []  # (row index, line number, raw)
+        pos, number = 0, 0  # the next line's byte offset, the lines before it
         with open(path, "rb") as f:
             # Read as the file source reads it (files.line_starts, line_columns).
-            for number, raw in enumerate(block_lines(f, max_line_bytes), 1):
-                if isinstance(raw, Overlong):  # never read, never reaches the job
-                    self.skip.append(self.lines)
-                    self.lines += 1
-                    self.dead.append(too_long(label, number, raw))
-                    continue
-                if not raw.strip():
-                    continue
-                chunk.append((self.lines, number, raw.rstrip(b"\r\n")))
-                self.lines += 1
-                if len(chunk) >= self.CHUNK:
-                    self._judge(chunk, label)
-                    chunk = []
-        self._judge(chunk, label)
+            lines = block_lines(f, max_line_bytes)
+            while True:
+                chunk = list(islice(lines, self.CHUNK))
+                if not chunk:
+                    break
+                events = None
+                if Overlong not in set(map(type, chunk)):
+                    events = decode_many(chunk)
+                    if Rejection in set(map(type, events)):  # or a blank line: line by line
+                        events = None
+                if events is not None:  # every line an event: in bulk
+                    lengths = np.fromiter(map(len, chunk), np.int64, len(chunk)) + 1
+                    ends = np.cumsum(lengths) + pos
+                    numbers = np.arange(number + 1, number + 1 + len(chunk))
+                    self._judge_events(ends - lengths, numbers, chunk, events, label)
+                    pos = int(ends[-1])
+                else:
+                    starts, numbers, raws, pos = _rows(chunk, pos, number)
+                    self._judge(starts, numbers, raws, label)
+                number += len(chunk)
 
-    def _judge(self, chunk: list[tuple[int, int, bytes]], label: str) -> None:
+    def _judge_events(self, starts, numbers, raws: list, events: list, label: str) -> None:
+        """`_judge` of rows that are all events, their verdicts in bulk."""
+        stamps = np.fromiter(map(_TS, events), np.int64, len(events))
+        refused = self.sequencer.offer_stamps(stamps)
+        if refused is None:  # one may be future: one at a time
+            self._judge(starts, numbers, raws, label, events)
+            return
+        codes = self._codes(events) if self.index is not None else None
+        for i, reason in refused:
+            self.skip.append(self.lines + i)
+            self.dead.append(DeadLetter.of(label, int(numbers[i]), raws[i].rstrip(b"\r\n"),
+                                           reason, LATE))
+            if codes is not None:
+                codes[i] = rowindex.SKIP
+        self.lines += len(events)
+        if self.index is not None:
+            self.index.add(starts, numbers, stamps, codes)
+
+    def _judge(self, starts, numbers, raws: list, label: str, events=None) -> None:
+        """Decode a chunk's rows (unless `events`), judge them in order, note
+        where each goes."""
         sequencer = self.sequencer
         offer = sequencer.offer
-        for (index, number, raw), ev in zip(chunk, decode_many([c[2] for c in chunk])):
-            if isinstance(ev, Rejection):
-                continue  # the job dead-letters it itself
-            verdict = offer(ev.ts, index, None)
-            if verdict is not None:
+        index = self.lines
+        if events is None:
+            decoded = iter(decode_many([r for r in raws if r.__class__ is bytes]))
+            events = [next(decoded) if r.__class__ is bytes else None for r in raws]
+        stamps, codes = [], []
+        code_of = self._code if self.index is not None else None
+        for number, raw, ev in zip(numbers, raws, events):
+            ts, code = 0, rowindex.REJECTED
+            if ev is None:  # never read, never reaches the job
                 self.skip.append(index)
-                self.dead.append(DeadLetter.of(label, number, raw,
-                                               sequencer.refusal(verdict, ev.ts), verdict))
+                self.dead.append(too_long(label, number, raw))
+                code = rowindex.OVERLONG
+            elif not isinstance(ev, Rejection):  # a rejection: the job dead-letters it
+                ts = ev.ts
+                verdict = offer(ts, index, None)
+                if verdict is not None:
+                    self.skip.append(index)
+                    self.dead.append(DeadLetter.of(label, int(number), raw.rstrip(b"\r\n"),
+                                                   sequencer.refusal(verdict, ts), verdict))
+                    code = rowindex.SKIP
+                elif code_of is not None:
+                    code = code_of(ev)
+            stamps.append(ts)
+            codes.append(code)
+            index += 1
         sequencer.queued.clear()  # only the admission matters here
+        self.lines = index
+        if self.index is not None:
+            self.index.add(starts, numbers, stamps, codes)
+
+    def _codes(self, events: list) -> list[int]:
+        """`_code` of each event; of partition events in bulk."""
+        if any(SCOPE[kind.type] != PARTITION for kind in set(map(type, events))):
+            return [self._code(ev) for ev in events]
+        homes = self._homes
+        keys = list(map(_KEY, events))
+        codes = list(map(homes.get, keys))
+        if None in codes:
+            codes = [self._code_of_key(k) if c is None else c for k, c in zip(keys, codes)]
+        return codes
+
+    def _code(self, event) -> int:
+        scope = SCOPE[event.type]
+        if scope == BROKER:
+            return rowindex.ALL
+        if scope == LEADER:
+            return rowindex.SESSION
+        return self._code_of_key((event.cluster, event.topic, event.partition))
+
+    def _code_of_key(self, key: tuple) -> int:
+        b = self._homes.get(key)
+        if b is None:
+            b = self._homes[key] = bucket_of(*key, self.buckets)
+        return b
+
+
+_TS = attrgetter("ts")
+_KEY = attrgetter("cluster", "topic", "partition")
+
+
+def _rows(chunk: list, pos: int, number: int):
+    """The rows of a chunk of lines, line by line: blank lines are no rows, a row is its line
+    without a trailing carriage return, an overlong line is a row (`Overlong`)."""
+    starts, numbers, raws = [], [], []
+    for raw in chunk:
+        number += 1
+        if raw.__class__ is Overlong:
+            starts.append(pos)
+            numbers.append(number)
+            raws.append(raw)
+            pos += raw.length + 1
+            continue
+        if raw.strip():
+            starts.append(pos)
+            numbers.append(number)
+            raws.append(raw.rstrip(b"\r\n"))
+        pos += len(raw) + 1
+    return starts, numbers, raws, pos
 
 
 def replay_spark(sources: list[str], settings: Settings, spark=None,
                  max_offsets_per_trigger: Optional[int] = None) -> ReplayResult:
     from isr.stream.files import LinesDataSource
+    from isr.stream.buckets import resolve
     from isr.stream.job import packing_reader, spark_session, start
 
     workdir = tempfile.mkdtemp(prefix="isr-replay-")
@@ -98,13 +215,17 @@ def replay_spark(sources: list[str], settings: Settings, spark=None,
             labels.append(name)
         spark = spark or spark_session(settings, settings.stream.master, "isr-replay")
         spark.dataSource.register(LinesDataSource)
-        admitted = Admission(paths, labels, settings)
-        skip = os.path.join(workdir, "skip.json")
-        with open(skip, "w") as f:
-            json.dump(admitted.skip, f)
+        checkpoint = os.path.join(workdir, "checkpoint")
+        # The bucket count first: the admission notes each row's bucket (rowindex.py).
+        buckets = resolve(spark, settings.stream.state_buckets, checkpoint)
+        settings = settings.model_copy(update={
+            "stream": settings.stream.model_copy(update={"state_buckets": buckets})})
+        admitted = Admission(paths, labels, settings, buckets)
+        index = os.path.join(workdir, "rows.npy")
+        admitted.save_index(index)
         reader = (spark.readStream.format("isr_lines").option("paths", json.dumps(paths))
                   .option("labels", json.dumps(labels)).option("end_ts", str(admitted.end_ts))
-                  .option("skip", skip)
+                  .option("index", index).option("rows", json.dumps(admitted.rows))
                   .option("max_line_bytes", str(settings.input.max_line_bytes)))
         if max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
@@ -112,7 +233,7 @@ def replay_spark(sources: list[str], settings: Settings, spark=None,
         query = start(spark, settings, lambda _id, batch: rows.extend(batch),
                       packed_source=lambda s: packing_reader(reader, s, live=False).load(),
                       trigger={"availableNow": True},
-                      checkpoint=os.path.join(workdir, "checkpoint"), live=False)
+                      checkpoint=checkpoint, live=False)
         query.awaitTermination()
         return collect(rows, settings, admitted.lines, admitted.dead)
     finally:

@@ -47,6 +47,12 @@ class StateThrottle(Listener):
     def on_event(self, model, event, outcome, out: list) -> None:
         self.touched.add(model.key)
 
+    def on_fetch(self, model, replica: int, ts: int, fetch_ts: int, outcome, out: list) -> None:
+        # A fetch as its values: with this the engine applies the bucket's
+        # fetches as `isr replay` does (apply_fetch), without building an
+        # event for a listener that would only note the partition.
+        self.touched.add(model.key)
+
     def on_broker(self, model, event, out: list) -> None:
         self.touched.add(model.key)
 
