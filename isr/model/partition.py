@@ -213,13 +213,7 @@ class PartitionModel:
         """`apply` of a `fetch`, given as its values (`broker_epoch` -1: not
         sent): a session fetch is applied without building the event
         (isr/engine/sessions.py)."""
-        # _step_to(ts, brokers, out), inline: this runs for every fetch
-        if self.stall_check_at >= 0 and ts > confirm_by(self.rules, self.stall_check_at):
-            self.stall_check_at = self.stall_from = -1  # no fetch came in time
-        if ts > self.next_check:  # else no check instant lies before ts
-            self.advance(ts, False, brokers, out)
-        if ts > self.ts:
-            self.ts = ts
+        self._step_to(ts, brokers, out)
         if self.leader < 0:
             return NO_LEADER
         if leader_epoch != self.leader_epoch or leader != self.leader:
