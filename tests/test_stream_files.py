@@ -95,7 +95,9 @@ def test_ranges_read_and_pack_the_same_lines_as_line_by_line(tmp_path_factory, d
                                                b.column("offset").to_pylist())]
     assert got == expected
     pack = {"labels": [0, 1, 2], "max_future_ms": 60_000}
-    direct = list(packed_lines(r, pack))
+    # Both in batches of 4 rows (a row's bucket and order within it are
+    # what the buckets read; batch bounds are where each path cuts).
+    direct = list(packed_lines(r, pack, batch_rows=4))
     through_arrow = list(packed_batches(pack, iter(batches), None))
     assert unpacked(direct) == unpacked(through_arrow)
     assert summaries(direct) == summaries(through_arrow)

@@ -202,17 +202,17 @@ def read_lines(r: LineRange, batch_rows: int = 8192) -> Iterator:
         yield record_batch([str(n).encode() for n in numbers], values, r.label, -1, indices)
 
 
-def packed_lines(r: LineRange, pack: dict) -> Iterator:
+def packed_lines(r: LineRange, pack: dict, batch_rows: int = 8192) -> Iterator:
     """The range's lines packed for the buckets (PACKED_SCHEMA's rows), as
-    `packed_batches(pack, read_lines(r), None)` gives them, without the trip
-    through Arrow in between: the packer takes the columns as lists (a
-    line number for a key, as `packing._line` reads it)."""
+    `packed_batches(pack, read_lines(r, batch_rows), None)` gives them,
+    without the trip through Arrow in between: the packer takes the columns
+    as lists (a line number for a key, as `packing._line` reads it)."""
     packer = Packer(pack["labels"], pack["max_future_ms"])
     if r.end_row:
         yield packed_batch(packer.pack([r.end_ts], [END_OF_INPUT], [r.label], [-1],
                                        [r.first_index], None))
         return
-    for numbers, values, indices in line_columns(r):
+    for numbers, values, indices in line_columns(r, batch_rows):
         n = len(indices)
         yield packed_batch(packer.pack(numbers, values, [r.label] * n, [-1] * n, indices, None))
 
