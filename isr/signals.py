@@ -13,12 +13,29 @@ not look at the flag), the watchdog raises the signal again, which then
 interrupts like Ctrl-C; and if the process is still there `HARD_S` after
 that (a C call that does not return), it exits with one line. The handlers
 before are put back on exit.
+
+A signal can land anywhere, and at start-up it lands inside library code
+that builds classes. Three things found by a CI flake (exit -2 with stderr
+empty, or 1 with a traceback, ~1 run in 30 of a SIGTERM during start-up):
+- CPython remembers a plain KeyboardInterrupt that leaves any `exec`/`eval`
+  of a string (dataclasses, namedtuple and pydantic build classes so, at
+  import) even when it is caught later, and `python -m` then ends by its
+  own SIGINT instead of the exit code (Python/pythonrun.c,
+  run_eval_code_obj, compares the type exactly: a subclass does not count).
+  So the handler raises `SignalInterrupt`, a KeyboardInterrupt of its own.
+- A library may wrap the interrupt it was cut by (pydantic-core's
+  SchemaError, `__set_name__`'s RuntimeError in 3.11); `handled()` turns
+  such an error, once a signal came, back into the stop it was.
+- A callback that cannot raise (a weakref callback of the import system's
+  module locks) swallows it with an "Exception ignored" traceback:
+  `_on_unraisable` has the watchdog send the signal again instead.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -37,13 +54,40 @@ class _State:
         self.interrupted_at: Optional[float] = None
         self.commands = 0   # handled() blocks open
         self.watchdog: Optional[threading.Thread] = None
+        self.unraisablehook = sys.unraisablehook   # the one before handled()
+        self.resend = False   # an interrupt was swallowed (_on_unraisable)
 
 
 _state = _State()
 
 
+class SignalInterrupt(KeyboardInterrupt):
+    """The stop a signal asked for (module docstring: why not a plain
+    KeyboardInterrupt); `except KeyboardInterrupt` catches it as before."""
+
+
+_INTERRUPT_NAMES = ("KeyboardInterrupt", "SignalInterrupt")  # pydantic-core writes the class name
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """An error raised because the interrupt cut a library short: the
+    interrupt is in its chain, or in its text (a wrapper that kept only that)."""
+    for _ in range(20):  # a chain can loop
+        if exc is None:
+            return False
+        try:
+            text = str(exc)
+        except Exception:  # noqa: BLE001 - a broken __str__ says nothing
+            text = ""
+        if isinstance(exc, KeyboardInterrupt) or any(n in text for n in _INTERRUPT_NAMES):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _reset() -> None:
     _state.first = _state.interrupted_at = None
+    _state.resend = False
 
 
 def _start_watchdog() -> None:
@@ -64,7 +108,19 @@ def _on_signal(signum, _frame) -> None:
         return
     if _state.interrupted_at is None:
         _state.interrupted_at = now
-    raise KeyboardInterrupt
+    raise SignalInterrupt
+
+
+def _on_unraisable(unraisable) -> None:
+    """A callback Python cannot raise from (a weakref callback such as the
+    import system's module locks, a __del__) swallowed the interrupt, and
+    would print it as "Exception ignored": the watchdog sends the signal
+    again instead (not from here: it would land in this hook), to land in
+    code that can raise."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _state.first is not None:
+        _state.resend = True
+    else:
+        _state.unraisablehook(unraisable)
 
 
 def _watchdog() -> None:
@@ -76,6 +132,9 @@ def _watchdog() -> None:
         first, sections, interrupted_at = _state.first, _state.sections[:], _state.interrupted_at
         if first is None:
             continue
+        if _state.resend:
+            _state.resend = False
+            os.kill(os.getpid(), first[0])
         now = time.monotonic()
         section = sections[-1] if sections else None
         if (interrupted_at is None and section is not None and section.stopped
@@ -99,17 +158,30 @@ def handled(label: str = "isr") -> Iterator[None]:
     if not _in_main_thread():
         yield  # signals are the main thread's: a command run in a thread keeps its caller's
         return
+    if _state.commands and _state.first is not None:
+        # The stop came during the outer block (cli.main's imports) and a
+        # library swallowed it (`except BaseException`): stop now.
+        raise SignalInterrupt
     _state.label = label
-    _reset()
+    if not _state.commands:
+        _reset()
     previous = {s: signal.signal(s, _on_signal) for s in SIGNALS}
+    if not _state.commands:
+        _state.unraisablehook, sys.unraisablehook = sys.unraisablehook, _on_unraisable
     _state.commands += 1
     _start_watchdog()
     try:
         yield
+    except Exception as exc:
+        if _state.first is not None and _caused_by_interrupt(exc):
+            raise SignalInterrupt from exc
+        raise
     finally:
         _state.commands -= 1
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if not _state.commands:
+            sys.unraisablehook = _state.unraisablehook
         _reset()
 
 

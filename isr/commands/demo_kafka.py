@@ -20,8 +20,9 @@ import threading
 import time
 from typing import Optional
 
-from isr.config import Settings, load_settings
 from isr.commands.demo import Stages, run_job
+from isr.config import Settings, load_settings
+from isr.signals import SignalInterrupt
 
 FALL_BACK = -1000   # run_kafka_demo: Maven Central unreachable, use the embedded path
 PAUSED = 3          # the broker the demo pauses; the monitor's topics are on the others
@@ -78,7 +79,7 @@ def run_kafka_demo(config: Optional[str], overrides: list[str], duration: Option
 
     def interrupt(*_) -> None:  # until the cluster is up: stop its start now
         stop.set()
-        raise KeyboardInterrupt
+        raise SignalInterrupt  # not a plain KeyboardInterrupt: isr/signals.py says why
 
     # Ours, not isr.signals': the cluster's stop may take longer than its grace.
     for sig in (signal.SIGINT, signal.SIGTERM):
