@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from isr.config import MonitorSettings
 from isr.contract.decisions import DeadLetter
 from isr.contract.records import (PARTITION_METRICS, PROPAGATION_STATE, SUMMARY, WATERMARK,
-                                  OutputRecord, to_record)
+                                  OutputRecord, state_record, to_record)
 from isr.engine import snapshot
 from isr.engine.local import LocalEngine
 from isr.engine.sequencer import LATE
@@ -204,7 +204,7 @@ class BucketProcessor:
                                      json.dumps(bucket_summary(engine)))
                 bucket.touched.take_touched()
                 bucket.touched.all_sent(engine.models(), engine.max_ts)
-                return self._emit(engine, engine.states(), dead, [stats])
+                return self._emit(engine, engine.states().fields, dead, [stats])
             if hold is not None:
                 engine.advance_watermark(hold - self.monitor.allowed_lateness_ms)
             wm = bucket.watermark
@@ -216,7 +216,7 @@ class BucketProcessor:
                     PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
                     orjson.dumps([m.state_fields() for key in touched
                                   for m in models_of(key)]).decode()))
-            states = [m.view() for m in bucket.touched.due(models_of, wm, flush)]
+            states = [m.state_fields() for m in bucket.touched.due(models_of, wm, flush)]
             return self._emit(engine, states, dead, internal)
         finally:
             engine.on_reject = None
@@ -241,14 +241,18 @@ class BucketProcessor:
             if m is not None:
                 yield engine.current(m)
 
-    def _emit(self, engine: LocalEngine, states: list, dead: list[DeadLetter],
+    def _emit(self, engine: LocalEngine, states: list[dict], dead: list[DeadLetter],
               internal: list[OutputRecord]) -> list[OutputRecord]:
+        """The batch's output records; `states`: the partition_state records
+        to write, as their models' state_fields (written without pydantic,
+        records.state_record)."""
         out = [*internal, *(to_record(d, self.several) for d in engine.take_decisions())]
         handed = engine.unclaimed.get("propagation")
         if handed:  # a row from when the buckets ran it: the driver's stage takes it on
             out.append(OutputRecord(PROPAGATION_STATE, "propagation", "propagation_state",
                                     engine.sequencer.external_watermark, json.dumps(handed)))
-        out.extend(to_record(s, self.several) for s in states)
+        several = self.several
+        out.extend(state_record(s, several) for s in states)
         out.extend(to_record(d) for d in dead)
         return out
 
