@@ -35,7 +35,7 @@ from isr.engine.local import LocalEngine
 from isr.engine.sequencer import LATE
 from isr.engine.summary import model_stats
 from isr.errors import CheckpointError
-from isr.gc_tuning import fewer_gc_passes
+from isr.gc_tuning import no_gc_passes_in_call
 from isr.pipeline.listeners import standard_listeners
 from isr.stream import statelog
 from isr.stream.packing import END_OF_RUN, PACK_COLUMNS, hold_of, session_home, unpack
@@ -279,11 +279,17 @@ def _split_plain(table, watermark: int):
         return None, table
     sources = events.column("source")
     names = pc.unique(sources)
-    return ({"ts": ts.to_pylist(), "max_ts": pc.max(ts).as_py(),
-             "seq": events.column("seq").to_pylist(), "value": events.column("value").to_pylist(),
+    return ({"ts": _ints(ts), "max_ts": pc.max(ts).as_py(),
+             "seq": _ints(events.column("seq")), "value": events.column("value").to_pylist(),
              "source": ([names[0].as_py()] * count if len(names) == 1
                         else sources.to_pylist()),
-             "offset": events.column("offset").to_pylist()}, rest)
+             "offset": _ints(events.column("offset"))}, rest)
+
+
+def _ints(column) -> list:
+    """An integer column as a list (`to_pylist`), through numpy when it has
+    no nulls: the same ints for a third of the cost."""
+    return column.to_numpy().tolist() if not column.null_count else column.to_pylist()
 
 
 def bucket_summary(engine: LocalEngine) -> dict:
@@ -309,9 +315,8 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
         bucket = index_of.get(int(key[0]))
         if bucket is None:
             raise layout_error(f"key {key[0]}", len(labels))
-        with fewer_gc_passes():
-            rows = _call(_processor(settings_json), (bucket, len(labels)), pdfs, state,
-                         (identity, settings_json))
+        rows = _call(_processor(settings_json), (bucket, len(labels)), pdfs, state,
+                     (identity, settings_json))
         if rows:
             yield pd.DataFrame(rows, columns=list(OutputRecord._fields))
 
@@ -321,7 +326,14 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
 def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
           state, query: tuple = ()) -> list[OutputRecord]:
     """Restore the bucket (index, buckets), apply the batch's rows, save it
-    (state layout 2, statelog.py; `query` keys the worker's engine cache)."""
+    (state layout 2, statelog.py; `query` keys the worker's engine cache),
+    without cyclic GC passes meanwhile (gc_tuning.py)."""
+    with no_gc_passes_in_call():
+        return _batch(processor, layout, pdfs, state, query)
+
+
+def _batch(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
+           state, query: tuple) -> list[OutputRecord]:
     key = (*query, *layout)
     stored = statelog.load(processor, state.get[0] if state.exists else None, layout, key)
     bucket = stored.bucket
