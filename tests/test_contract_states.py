@@ -1,5 +1,6 @@
-"""The final partition_state records written without pydantic
-(contract/decisions.py `partition_state_json`, `PartitionStates`): the same
+"""The partition_state records written without pydantic
+(contract/decisions.py `partition_state_json`, `PartitionStates`;
+contract/records.py `state_record`, the Spark job's records): the same
 bytes as the PartitionState model writes, on whatever state a model reaches."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from strategies import event_streams
 from isr.config import MonitorSettings
 from isr.contract.decisions import PartitionState, PartitionStates, partition_state_json
 from isr.contract.policies import POLICIES
+from isr.contract.records import state_record, to_record
 from isr.pipeline.listeners import local_engine
 from isr.pipeline.local import write_jsonl
 from isr.sim.cluster import Simulator
@@ -28,6 +30,9 @@ def _same_as_pydantic(states: PartitionStates) -> None:
     for fields in states.fields:
         assert list(fields) == list(PartitionState.model_fields)  # the contract describes them
         assert partition_state_json(fields) == _pydantic(fields)
+        for several in (False, True):  # the Spark job's record: its key, id, ts and value
+            view = PartitionState.model_validate(fields)
+            assert state_record(fields, several) == to_record(view, several)
     fast, slow = io.BytesIO(), io.BytesIO()
     write_jsonl(states, fast)
     write_jsonl(states.views(), slow)  # a list of PartitionState: each through pydantic

@@ -20,6 +20,8 @@ from strategies import session_streams
 
 from isr.config import MonitorSettings
 from isr.contract import DECISION_TYPES, decode, validate
+from isr.contract.decisions import PartitionState
+from isr.contract.records import to_record
 from isr.contract.fast import encode
 from isr.contract.policies import POLICIES
 from isr.engine import snapshot
@@ -430,6 +432,29 @@ def test_buckets_applying_session_shares_decide_as_one_engine(events, buckets, c
     assert sorted(final.values(), key=lambda s: (POLICIES.index(s["policy"]), s["topic"],
                                                  s["partition"])) == [
         json.loads(s.model_dump_json()) for s in ref.states()]
+
+
+@settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "60")) // 2, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(session_streams(), st.integers(1, 3), st.lists(st.integers(0, 50), max_size=3))
+def test_partition_state_records_are_those_the_pydantic_state_gives(events, buckets, cuts):
+    """The buckets write their partition_state records from the models'
+    fields (records.state_record): each batch's and the end's are the
+    records `to_record` gives for the PartitionState they hold, under one
+    policy (keys without it) and several."""
+    for policies in (["kafka"], POLICIES):
+        monitor = MonitorSettings(policy=policies, replica_lag_time_max_ms=10000,
+                                  allowed_lateness_ms=1000)
+        ref = local_engine(monitor)
+        ref.apply_in_order(events)  # in time order
+        ref.finish()
+        states = [r for r in _bucket_outputs(monitor, events, buckets, cuts)
+                  if r.kind == "partition_state"]
+        several = len(policies) > 1
+        # the end of input reports every partition
+        assert {r.key for r in states} == {to_record(s, several).key for s in ref.states()}
+        for r in states:
+            assert r == to_record(PartitionState.model_validate_json(r.value), several)
 
 
 def _propagations(monitor, events) -> list[str]:

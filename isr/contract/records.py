@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from isr.contract.decisions import (Alert, DeadLetter, IsrChange, IsrPropagation,
-                                    PartitionState)
+                                    PartitionState, partition_state_json)
 
 SUMMARY = "summary"  # end of a bounded input: a bucket's model statistics
 WATERMARK = "watermark"  # the watermark a bucket reached in the batch (ts)
@@ -40,12 +40,33 @@ SPARK_SCHEMA = "kind string, key string, id string, ts long, value string"
 
 
 def partition_key(d) -> str:
-    return f"{d.cluster}/{d.topic}/{d.partition}"
+    return _partition_key(d.cluster, d.topic, d.partition)
+
+
+def _partition_key(cluster: str, topic: str, partition: int) -> str:
+    return f"{cluster}/{topic}/{partition}"
 
 
 def state_key(s: PartitionState, several_policies: bool) -> str:
-    key = partition_key(s)
-    return f"{key}@{s.policy}" if several_policies else key
+    return _state_key(s.cluster, s.topic, s.partition, s.policy, several_policies)
+
+
+def _state_key(cluster: str, topic: str, partition: int, policy: str,
+               several_policies: bool) -> str:
+    key = _partition_key(cluster, topic, partition)
+    return f"{key}@{policy}" if several_policies else key
+
+
+def state_record(fields: dict, several_policies: bool = False) -> OutputRecord:
+    """`to_record(PartitionState.model_validate(fields), several_policies)`
+    without the pydantic object: `fields` are a model's state_fields, whose
+    JSON partition_state_json writes as the PartitionState would (the
+    Spark job's partition_state records; tests/test_contract_states.py)."""
+    ts = fields["ts"]
+    key = _state_key(fields["cluster"], fields["topic"], fields["partition"], fields["policy"],
+                     several_policies)
+    return OutputRecord("partition_state", key, f"{key}@{ts}", ts,
+                        partition_state_json(fields).decode())
 
 
 def to_record(d, several_policies: bool = False) -> OutputRecord:
