@@ -358,7 +358,8 @@ class AlertEvaluator:
 
     def _step(self, w: Watch, view: PartitionView, T: int, out: list) -> None:
         P = self._params.get(w.topic) or self.params(w.topic)  # params() once per topic
-        w.flaps.prune(T, P.flap_window_ms)
+        if w.flaps.times:  # (most watches have seen no ISR change)
+            w.flaps.prune(T, P.flap_window_ms)
         holding, due, due_lag = scan(w, view, T, P)
         repeat = self.cfg.repeat_interval_ms
         for key, numbers in holding.items():
