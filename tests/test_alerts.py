@@ -10,6 +10,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from strategies import event_streams, session_streams
 
+from isr.alerts.conditions import next_instant
 from isr.alerts.listener import AlertListener
 from isr.config import AlertSettings, MonitorSettings
 from isr.contract.decisions import Alert, output_order
@@ -143,6 +144,32 @@ def test_the_shortcuts_raise_the_same_alerts_as_a_scan_after_every_event_of_sess
     the reference applies every fetch and scans after each."""
     shortcuts, scans = shortcuts_and_scans(events, ["legacy", "kip16", "kafka", "kip501"])
     assert shortcuts == scans
+
+
+@settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "100")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(event_streams(max_events=80))
+def test_the_next_instant_found_without_a_scan_is_the_scans(events):
+    """conditions.next_instant, which replaces a scan where no alert is
+    active (a fetch ending the lag crossing `due` was, a wake at an instant
+    put off since), gives the instant and follower a scan gives wherever
+    the scan finds nothing holding."""
+    engine = local_engine(MonitorSettings(policy=["legacy", "kip16", "kafka", "kip501"]))
+    evaluator = engine.listener(AlertListener).evaluator
+    step, compared = evaluator._step, []
+
+    def checked(w, view, T, out):
+        step(w, view, T, out)
+        if not w.alerts:
+            found = next_instant(w, view, evaluator.params(w.topic))
+            if found is not None:
+                compared.append(found)
+                assert found == (w.due, w.due_lag), (T, found, w.due, w.due_lag)
+
+    evaluator._step = checked
+    for seq, ev in enumerate(events):
+        engine.submit(ev, seq)
+    engine.finish()
 
 
 def shortcuts_and_scans(events, policies) -> tuple[list, list]:
