@@ -3,11 +3,14 @@ definition implies; the lifecycle survives a restart from a snapshot."""
 
 from __future__ import annotations
 
+import os
+
 from helpers import T0, append, broker, event, fetch, fetch_start, leader, run
 import orjson
 from hypothesis import HealthCheck, given, settings
-from strategies import event_streams
+from strategies import event_streams, session_streams
 
+from isr.alerts.conditions import next_instant
 from isr.alerts.listener import AlertListener
 from isr.config import AlertSettings, MonitorSettings
 from isr.contract.decisions import Alert, output_order
@@ -122,13 +125,51 @@ def test_a_hw_stall_from_a_fetch_that_reveals_a_higher_leader_leo_is_seen_when_i
                                                      (20000, "resolved", 11001)]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(event_streams(max_events=80))
 def test_the_shortcuts_raise_the_same_alerts_as_a_scan_after_every_event(events):
     """The evaluator skips a scan when it finds that no condition can change
     (evaluator.py): each skip must be one that a scan would agree with."""
     shortcuts, scans = shortcuts_and_scans(events, ["legacy", "kip16", "kafka", "kip501"])
     assert shortcuts == scans
+
+
+@settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "150")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(session_streams())
+def test_the_shortcuts_raise_the_same_alerts_as_a_scan_after_every_event_of_sessions(events):
+    """The same with fetch sessions: the partitions a request does not list
+    catch up lazily, stopping at the watch's instants (sessions.py), where
+    the reference applies every fetch and scans after each."""
+    shortcuts, scans = shortcuts_and_scans(events, ["legacy", "kip16", "kafka", "kip501"])
+    assert shortcuts == scans
+
+
+@settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "100")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(event_streams(max_events=80))
+def test_the_next_instant_found_without_a_scan_is_the_scans(events):
+    """conditions.next_instant, which replaces a scan where no alert is
+    active (a fetch ending the lag crossing `due` was, a wake at an instant
+    put off since), gives the instant and follower a scan gives wherever
+    the scan finds nothing holding."""
+    engine = local_engine(MonitorSettings(policy=["legacy", "kip16", "kafka", "kip501"]))
+    evaluator = engine.listener(AlertListener).evaluator
+    step, compared = evaluator._step, []
+
+    def checked(w, view, T, out):
+        step(w, view, T, out)
+        if not w.alerts:
+            found = next_instant(w, view, evaluator.params(w.topic))
+            if found is not None:
+                compared.append(found)
+                assert found == (w.due, w.due_lag), (T, found, w.due, w.due_lag)
+
+    evaluator._step = checked
+    for seq, ev in enumerate(events):
+        engine.submit(ev, seq)
+    engine.finish()
 
 
 def shortcuts_and_scans(events, policies) -> tuple[list, list]:

@@ -111,6 +111,37 @@ def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
     return out, due, (lag_of if lag_due is not None and due == lag_due else -1)
 
 
+def next_instant(w: Watch, v: PartitionView, P: RuleParams) -> Optional[tuple[Optional[int], int]]:
+    """scan's (next instant, its follower or -1) without a scan, for a watch
+    where no condition holds (no alert active, and only events that changed
+    none since the last scan): then nothing can change before the first
+    instant a time-driven condition starts, which is the first of the ISR
+    followers' lag crossings, the stalled HW's and the silence's (the same
+    instants, in the same order of ties, as scan's). None where the watch
+    keeps more than these (recent ISR changes, a slow or unserved fetch):
+    only a scan tells those."""
+    if (P.flapping and w.flaps.times) or (P.slow and (w.unserved or w.served_ms)):
+        return None
+    due, of = None, -1
+    if P.lagging:
+        limit, followers, leader_leo = P.lag_limit_ms, v.followers, v.leader_leo
+        for r in v.isr:
+            f = followers.get(r)
+            if f is not None:
+                t = lag_crossing(f, leader_leo, limit)
+                if t is not None and (due is None or t < due):
+                    due, of = t, r
+    if P.stalled:
+        t = stall_crossing(w, v, P)
+        if t is not None and (due is None or t < due):
+            due, of = t, -1
+    if P.silent and w.last_event_ts >= 0:
+        t = w.last_event_ts + P.silent_ms + 1
+        if due is None or t < due:
+            due, of = t, -1
+    return due, of
+
+
 def lag_crossings(v: PartitionView, T: int, P: RuleParams
                   ) -> tuple[list[tuple[int, tuple]], Optional[int], int]:
     """FollowerLagging over the ISR at T: ([(follower, numbers)] of those

@@ -18,8 +18,8 @@ from typing import Optional
 
 from isr.contract.catalog import CATALOG, RULES
 from isr.alerts.conditions import (PARTITION, RuleParams, describe, lag_crossing,
-                                   lag_crossings, lag_floor, scan, stall_crossing,
-                                   still_lagging)
+                                   lag_crossings, lag_floor, next_instant, scan,
+                                   stall_crossing, still_lagging)
 from isr.alerts.watch import NEVER, AtChange, PartitionView, Watch
 from isr.config import AlertSettings
 from isr.contract.decisions import Alert, IsrChange
@@ -203,7 +203,17 @@ class AlertEvaluator:
             elif replica in model.isr and ("FollowerLagging", replica) not in w.alerts:
                 return False
         elif w.due_lag == replica:
-            return False
+            # `due` was this follower's crossing, gone now: with no alert
+            # active, the next instant is found without a scan (nothing
+            # holds: every instant is at or after `due`, and `due` > ts).
+            if w.alerts or self.exhaustive or (w.due is not None and w.due <= ts):
+                return False
+            nxt = next_instant(w, model, P)
+            if nxt is None or (nxt[0] is not None and nxt[0] <= ts):
+                return False
+            set_due(w, nxt[0], nxt[1], P)
+            w.t = ts
+            return True
         if not w.alerts:
             due = w.due  # due_by's common case, inline
         elif not self._fetch_keeps_alerts(w, model, replica, ts, P):
@@ -314,6 +324,15 @@ class AlertEvaluator:
             due = self.due_by(w, until)
             if due is None or due > until or (due == until and not inclusive):
                 return
+            if not w.alerts and not self.exhaustive:
+                # `due` may be stale (an instant put off since: a follower
+                # caught up, the HW moved, an event ended a silence); with
+                # no alert active the true one is found without a scan.
+                P = self._params.get(w.topic) or self.params(w.topic)
+                nxt = next_instant(w, view, P)
+                if nxt is not None and (nxt[0] is None or nxt[0] > due):
+                    set_due(w, nxt[0], nxt[1], P)
+                    continue
             self._step(w, view, due, out)
 
     # ------------------------------------------------------------ lifecycle
@@ -339,7 +358,8 @@ class AlertEvaluator:
 
     def _step(self, w: Watch, view: PartitionView, T: int, out: list) -> None:
         P = self._params.get(w.topic) or self.params(w.topic)  # params() once per topic
-        w.flaps.prune(T, P.flap_window_ms)
+        if w.flaps.times:  # (most watches have seen no ISR change)
+            w.flaps.prune(T, P.flap_window_ms)
         holding, due, due_lag = scan(w, view, T, P)
         repeat = self.cfg.repeat_interval_ms
         for key, numbers in holding.items():
