@@ -20,13 +20,10 @@ import shutil
 import sys
 import time
 
-import pandas as pd
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_spark_parts import _State  # noqa: E402
+from bench_spark_parts import _State, bucket_frames  # noqa: E402
 
 from isr.config import Settings  # noqa: E402
-from isr.gc_tuning import fewer_gc_passes  # noqa: E402
 from isr.stream import files, operator, replay_spark  # noqa: E402
 from isr.stream.partitioning import bucket_labels  # noqa: E402
 from isr.stream.source import pack_option  # noqa: E402
@@ -52,24 +49,15 @@ def main() -> None:
     batches = [b for r in ranges for b in reader.read(r)]
     config = json.dumps([settings.monitor.model_dump_json(), settings.output.state_interval_ms,
                          False])
-    frames_of = []
-    for label in labels:
-        frames = []
-        for b in batches:
-            d = b.to_pydict()
-            mine = [k for k, x in enumerate(d["bucket"]) if x == label]
-            frames.append(pd.DataFrame({"pack": [d["pack"][k] for k in mine],
-                                        "summary": [d["summary"][k] for k in mine]}))
-        frames_of.append(frames)
+    frames_of = [bucket_frames(batches, label) for label in labels]
     prof = cProfile.Profile() if mode == "prof" else None
     c0 = time.process_time()
     for i, frames in enumerate(frames_of if mode != "skip" else []):
-        with fewer_gc_passes():  # as bench_spark_parts.py (the operator's own, if any, inside)
-            if prof:
-                prof.enable()
-            operator._call(operator._processor(config), (i, n), iter(frames), _State(), ("q",))
-            if prof:
-                prof.disable()
+        if prof:
+            prof.enable()
+        operator._call(operator._processor(config), (i, n), iter(frames), _State(), ("q",))
+        if prof:
+            prof.disable()
     print(f"buckets {time.process_time() - c0:.2f} CPU s", file=sys.stderr)
     if prof:
         prof.dump_stats(sys.argv[3])

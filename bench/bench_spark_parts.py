@@ -21,7 +21,6 @@ import time
 import pandas as pd
 
 from isr.config import Settings
-from isr.gc_tuning import fewer_gc_passes
 from isr.stream import files, operator, replay_spark
 from isr.stream.partitioning import bucket_labels
 from isr.stream.source import pack_option
@@ -32,6 +31,18 @@ class _State:
 
     def update(self, value) -> None:
         self.value = value
+
+
+def bucket_frames(batches: list, label) -> list:
+    """The packed batches' rows of one bucket, as the pandas frames Spark
+    hands its stateful function."""
+    frames = []
+    for b in batches:
+        d = b.to_pydict()
+        mine = [k for k, x in enumerate(d["bucket"]) if x == label]
+        frames.append(pd.DataFrame({"pack": [d["pack"][k] for k in mine],
+                                    "summary": [d["summary"][k] for k in mine]}))
+    return frames
 
 
 def main() -> None:
@@ -74,15 +85,9 @@ def main() -> None:
     config = json.dumps([settings.monitor.model_dump_json(), settings.output.state_interval_ms,
                          False])
     for i, label in enumerate(labels):
-        frames = []
-        for b in batches:
-            d = b.to_pydict()
-            mine = [k for k, x in enumerate(d["bucket"]) if x == label]
-            frames.append(pd.DataFrame({"pack": [d["pack"][k] for k in mine],
-                                        "summary": [d["summary"][k] for k in mine]}))
+        frames = bucket_frames(batches, label)
         c0 = time.process_time()
-        with fewer_gc_passes():  # as the operator runs
-            operator._call(operator._processor(config), (i, n), iter(frames), _State(), ("q",))
+        operator._call(operator._processor(config), (i, n), iter(frames), _State(), ("q",))
         spent[f"bucket {i}"] = time.process_time() - c0
     shutil.rmtree(work, ignore_errors=True)
     total = sum(spent.values())
