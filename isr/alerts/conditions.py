@@ -123,14 +123,8 @@ def next_instant(w: Watch, v: PartitionView, P: RuleParams) -> Optional[tuple[Op
     if (P.flapping and w.flaps.times) or (P.slow and (w.unserved or w.served_ms)):
         return None
     due, of = None, -1
-    if P.lagging:
-        limit, followers, leader_leo = P.lag_limit_ms, v.followers, v.leader_leo
-        for r in v.isr:
-            f = followers.get(r)
-            if f is not None:
-                t = lag_crossing(f, leader_leo, limit)
-                if t is not None and (due is None or t < due):
-                    due, of = t, r
+    if P.lagging:  # at T = -1 every crossing (a catch-up ts + limit + 1 > 0) is still ahead
+        _, due, of = lag_crossings(v, -1, P)
     if P.stalled:
         t = stall_crossing(w, v, P)
         if t is not None and (due is None or t < due):
