@@ -63,6 +63,14 @@ def block_lines(f: BinaryIO, max_line_bytes: int,
     its newline, or `Overlong` for one longer than `max_line_bytes`, which
     is dropped as it is read. Not for a pipe or a followed file: a read
     waits for the whole block."""
+    for lines in block_line_lists(f, max_line_bytes, block_bytes):
+        yield from lines
+
+
+def block_line_lists(f: BinaryIO, max_line_bytes: int,
+                     block_bytes: int = BLOCK_BYTES) -> Iterator[list[Line]]:
+    """`block_lines`, a list per block read (the lines that end in it): for
+    callers that take lines in bulk, without a generator step per line."""
     carry, dropping = b"", 0  # the unfinished line; or the length dropped so far
     while True:
         block = f.read(block_bytes)
@@ -70,19 +78,22 @@ def block_lines(f: BinaryIO, max_line_bytes: int,
             break
         lines = block.split(b"\n")
         last = lines.pop()  # the unfinished line after the block's last newline
-        for i, line in enumerate(lines):
-            if i == 0:
-                if dropping:
-                    yield Overlong(dropping + len(line), max_line_bytes)
-                    dropping = 0
-                    continue
-                line = carry + line
-                carry = b""
-            if len(line) > max_line_bytes:
-                yield Overlong(len(line), max_line_bytes)
+        if lines:
+            first = lines[0]
+            if dropping:  # the end of a line being dropped
+                lines[0] = Overlong(dropping + len(first), max_line_bytes)
+                dropping = 0
             else:
-                yield line
-        if not lines:  # no newline in the whole block
+                lines[0] = carry + first
+                carry = b""
+            head = lines[0]
+            if (max(map(len, lines[1:]), default=0) > max_line_bytes
+                    or head.__class__ is bytes and len(head) > max_line_bytes):
+                lines = [Overlong(len(line), max_line_bytes)
+                         if line.__class__ is bytes and len(line) > max_line_bytes else line
+                         for line in lines]
+            yield lines
+        else:  # no newline in the whole block
             if dropping:
                 dropping += len(last)
                 continue
@@ -92,9 +103,9 @@ def block_lines(f: BinaryIO, max_line_bytes: int,
         else:
             carry = last
     if dropping:
-        yield Overlong(dropping, max_line_bytes)
+        yield [Overlong(dropping, max_line_bytes)]
     elif carry:
-        yield carry  # the last line, without a newline
+        yield [carry]  # the last line, without a newline
 
 
 class LineAssembler:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pytest
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -230,3 +231,35 @@ def test_offering_stamps_in_bulk_refuses_as_offering_them_one_at_a_time(stamps, 
         return
     assert got == refused
     assert bulk.max_ts == one.max_ts
+
+
+@settings(max_examples=60, deadline=None)
+@given(event_files(), st.integers(1, 3), st.integers(1, 5), st.integers(1, 400))
+def test_the_admission_judges_alike_whatever_its_chunks_and_blocks(
+        tmp_path_factory, data, buckets, chunk, block):
+    """The admission judges a block's lines in chunks (most in one msgspec
+    call); where the blocks and chunks are cut changes no verdict, no dead
+    letter and no row of the index."""
+    from functools import partial
+
+    from isr.linecap import block_line_lists
+    from isr.stream import replay_spark
+    from isr.stream.replay_spark import Admission
+
+    tmp = tmp_path_factory.mktemp("admission")
+    path = str(tmp / "events.jsonl")
+    with open(path, "wb") as f:
+        f.write(data)
+
+    def judged(admitted: Admission, name: str):
+        admitted.save_index(str(tmp / name))
+        return (admitted.lines, admitted.skip, admitted.end_ts, admitted.rows,
+                [d.model_dump() for d in admitted.dead], np.load(str(tmp / name)).tolist())
+
+    whole = judged(Admission([path], ["events.jsonl"], ROW_SETTINGS, buckets), "a.npy")
+    small = partial(block_line_lists, block_bytes=block)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Admission, "CHUNK", chunk)
+        mp.setattr(replay_spark, "block_line_lists", small)
+        cut = judged(Admission([path], ["events.jsonl"], ROW_SETTINGS, buckets), "b.npy")
+    assert cut == whole

@@ -11,7 +11,7 @@ impossible.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import msgspec
 import orjson
@@ -72,34 +72,42 @@ def decode(raw: Union[bytes, str, None]) -> Union[Any, Rejection]:
 
 
 def decode_many(raws: Sequence) -> list:
-    """`decode` of each message, the valid ones in one msgspec call per chunk.
-
-    The chunk is joined by newlines and decoded as a sequence of JSON values
-    (msgspec's `decode_lines`, which reads whitespace-separated values, not
-    strictly one per line). That is each message's own verdict only if no
-    value can span two messages: so every message must start with `{`, end
-    with `}` and hold no newline. A newline then sits only between `}` and
-    `{`, which no JSON value holds inside (nor a string, which cannot hold a
-    raw newline): each message parses on its own, each gives at least one
-    value, and as many values as messages means one each. Any other chunk,
-    or one with a bad message, is decoded one message at a time: the result
-    and every reason are exactly `decode`'s."""
+    """`decode` of each message, the valid ones in one msgspec call per chunk
+    of `DECODE_CHUNK` (`decode_valid`); a chunk with a bad message is
+    decoded one message at a time: the result and every reason are exactly
+    `decode`'s."""
     out: list = []
     for start in range(0, len(raws), DECODE_CHUNK):
         chunk = raws[start:start + DECODE_CHUNK]
-        try:
-            joined = b"\n".join(chunk)  # TypeError on None (a tombstone) or text
-            seams = len(chunk) - 1
-            if (joined[:1] == b"{" and joined[-1:] == b"}" and joined.count(b"\n") == seams
-                    and joined.count(b"}\n{") == seams):
-                events = fast.DECODER.decode_lines(joined)
-                if len(events) == len(chunk):
-                    out.extend(events)
-                    continue
-        except Exception:  # noqa: BLE001 - one bad message: decode() says which and why
-            pass
-        out.extend(_decode_guarded(raw) for raw in chunk)
+        events = decode_valid(chunk)
+        out.extend(events if events is not None else map(_decode_guarded, chunk))
     return out
+
+
+def decode_valid(raws: Sequence) -> Optional[list]:
+    """Each message's event, in one msgspec call, if every message is a
+    valid event; None if one is not (or may not be).
+
+    The messages are joined by newlines and decoded as a sequence of JSON
+    values (msgspec's `decode_lines`, which reads whitespace-separated
+    values, not strictly one per line). That is each message's own verdict
+    only if no value can span two messages: so every message must start
+    with `{`, end with `}` and hold no newline. A newline then sits only
+    between `}` and `{`, which no JSON value holds inside (nor a string,
+    which cannot hold a raw newline): each message parses on its own, each
+    gives at least one value, and as many values as messages means one
+    each."""
+    try:
+        joined = b"\n".join(raws)  # TypeError on None (a tombstone) or text
+        seams = len(raws) - 1
+        if (joined[:1] == b"{" and joined[-1:] == b"}" and joined.count(b"\n") == seams
+                and joined.count(b"}\n{") == seams):
+            events = fast.DECODER.decode_lines(joined)
+            if len(events) == len(raws):
+                return events
+    except Exception:  # noqa: BLE001 - one bad message: decode() says which and why
+        pass
+    return None
 
 
 def _decode_guarded(raw) -> Union[Any, Rejection]:

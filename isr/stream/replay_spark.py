@@ -10,7 +10,6 @@ import shutil
 import sys
 import tempfile
 from collections import Counter
-from itertools import islice
 from operator import attrgetter
 from typing import Optional
 
@@ -18,7 +17,7 @@ import numpy as np
 
 from isr.config import Settings
 from isr.contract import DECISION_TYPES, Rejection
-from isr.contract.decode import decode_many
+from isr.contract.decode import decode_many, decode_valid
 from isr.contract.decisions import output_order
 from isr.contract.decisions import DeadLetter
 from isr.contract.events import BROKER, LEADER, PARTITION, SCOPE
@@ -26,7 +25,7 @@ from isr.contract.records import INTERNAL_KINDS, SUMMARY, OutputRecord
 from isr.engine.sequencer import LATE, Sequencer
 from isr.engine.summary import summarize
 from isr.gc_tuning import fewer_gc_passes
-from isr.linecap import Overlong, block_lines
+from isr.linecap import Overlong, block_line_lists
 from isr.pipeline.results import ReplayResult, ReplayStats, too_long
 from isr.stream import rowindex
 from isr.stream.packing import bucket_of
@@ -71,26 +70,30 @@ class Admission:
         pos, number = 0, 0  # the next line's byte offset, the lines before it
         with open(path, "rb") as f:
             # Read as the file source reads it (files.line_starts, line_columns).
-            lines = block_lines(f, max_line_bytes)
-            while True:
-                chunk = list(islice(lines, self.CHUNK))
-                if not chunk:
-                    break
+            for lines in block_line_lists(f, max_line_bytes):
+                for start in range(0, len(lines), self.CHUNK):
+                    chunk = lines[start:start + self.CHUNK]
+                    pos = self._chunk(chunk, pos, number, label)
+                    number += len(chunk)
+
+    def _chunk(self, chunk: list, pos: int, number: int, label: str) -> int:
+        """Judge a chunk of lines (the first is line `number` + 1, at byte
+        `pos`); the byte offset after it."""
+        events = None
+        if Overlong not in set(map(type, chunk)):
+            events = _decode_chunk(chunk)
+            if Rejection in set(map(type, events)):  # or a blank line: line by line
                 events = None
-                if Overlong not in set(map(type, chunk)):
-                    events = decode_many(chunk)
-                    if Rejection in set(map(type, events)):  # or a blank line: line by line
-                        events = None
-                if events is not None:  # every line an event: in bulk
-                    lengths = np.fromiter(map(len, chunk), np.int64, len(chunk)) + 1
-                    ends = np.cumsum(lengths) + pos
-                    numbers = np.arange(number + 1, number + 1 + len(chunk))
-                    self._judge_events(ends - lengths, numbers, chunk, events, label)
-                    pos = int(ends[-1])
-                else:
-                    starts, numbers, raws, pos = _rows(chunk, pos, number)
-                    self._judge(starts, numbers, raws, label)
-                number += len(chunk)
+        if events is None:
+            starts, numbers, raws, pos = _rows(chunk, pos, number)
+            self._judge(starts, numbers, raws, label)
+            return pos
+        # every line an event: in bulk
+        lengths = np.fromiter(map(len, chunk), np.int64, len(chunk)) + 1
+        ends = np.cumsum(lengths) + pos
+        numbers = np.arange(number + 1, number + 1 + len(chunk))
+        self._judge_events(ends - lengths, numbers, chunk, events, label)
+        return int(ends[-1])
 
     def _judge_events(self, starts, numbers, raws: list, events: list, label: str) -> None:
         """`_judge` of rows that are all events, their verdicts in bulk."""
@@ -169,6 +172,14 @@ class Admission:
         if b is None:
             b = self._homes[key] = bucket_of(*key, self.buckets)
         return b
+
+
+def _decode_chunk(chunk: list) -> list:
+    """`decode_many` of a chunk of lines: in one msgspec call when every
+    line is an event (the common case), else in decode_many's small chunks,
+    so that a bad line costs only its own."""
+    events = decode_valid(chunk)
+    return events if events is not None else decode_many(chunk)
 
 
 _TS = attrgetter("ts")
