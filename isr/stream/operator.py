@@ -206,8 +206,11 @@ class BucketProcessor:
                 stats = OutputRecord(SUMMARY, str(bucket_id), f"summary/{bucket_id}", end_ts,
                                      json.dumps(bucket_summary(engine)))
                 bucket.touched.take_touched()
-                bucket.touched.all_sent(engine.models(), engine.max_ts)
-                return self._emit(engine, engine.states().fields, dead, [stats])
+                # Every model's state goes out: each brought up to date and
+                # visited once (engine.models() does the catching up).
+                models = list(engine.models())
+                bucket.touched.all_sent(models, engine.max_ts)
+                return self._emit(engine, [m.state_fields() for m in models], dead, [stats])
             if hold is not None:
                 statelog.undefer(bucket, hold - self.monitor.allowed_lateness_ms)
                 engine.advance_watermark(hold - self.monitor.allowed_lateness_ms)
