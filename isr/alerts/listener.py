@@ -195,3 +195,6 @@ class AlertListener(Listener):
         """The watches changed since the last call; from_state applies them."""
         dirty, self.dirty = self.dirty, {}
         return [w.to_list() for w in dirty.values()]
+
+    def clear_state_delta(self) -> None:
+        self.dirty = {}

@@ -97,6 +97,11 @@ class Listener:
     def apply_state_delta(self, delta: Any) -> None:
         self.from_state(delta)
 
+    def clear_state_delta(self) -> None:
+        """Forget what changed (a whole state is saved instead): `state_delta`
+        without encoding what it would drop."""
+        self.state_delta()
+
 
 def hooks(listeners: list[Listener], name: str) -> list:
     """The bound methods of the listeners that override `name` (the engine

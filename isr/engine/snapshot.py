@@ -149,7 +149,7 @@ def clear_changes(engine: LocalEngine) -> None:
     engine.session_driver.take_dirty()
     for listener in engine.listeners:
         if listener.name:
-            listener.state_delta()
+            listener.clear_state_delta()
 
 
 def fold_log(blob: bytes, deltas: list) -> tuple[dict, list]:

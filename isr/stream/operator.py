@@ -67,13 +67,15 @@ class Bucket:
     """One state key: its engine, and its layout (bucket index, number of
     buckets) so that a checkpoint is never read with another one."""
 
-    __slots__ = ("engine", "touched", "layout", "arrived")
+    __slots__ = ("engine", "touched", "layout", "arrived", "deferred")
 
     def __init__(self, engine: LocalEngine, touched: StateThrottle,
                  layout: Optional[tuple[int, int]] = None) -> None:
         self.engine, self.touched, self.layout = engine, touched, layout
         # The events queued in this batch, as the sequencer holds them (statelog.py).
         self.arrived: list[tuple] = []
+        # Queue chunks of the row not decoded yet (statelog.undefer).
+        self.deferred: list[list] = []
 
     @property
     def watermark(self) -> int:
@@ -199,13 +201,18 @@ class BucketProcessor:
             DeadLetter.of(*origin, reason, "model"))
         try:
             if end_ts is not None:
+                statelog.undefer(bucket, None)
                 engine.finish(until=end_ts)
                 stats = OutputRecord(SUMMARY, str(bucket_id), f"summary/{bucket_id}", end_ts,
                                      json.dumps(bucket_summary(engine)))
                 bucket.touched.take_touched()
-                bucket.touched.all_sent(engine.models(), engine.max_ts)
-                return self._emit(engine, engine.states().fields, dead, [stats])
+                # Every model's state goes out: each brought up to date and
+                # visited once (engine.models() does the catching up).
+                models = list(engine.models())
+                bucket.touched.all_sent(models, engine.max_ts)
+                return self._emit(engine, [m.state_fields() for m in models], dead, [stats])
             if hold is not None:
+                statelog.undefer(bucket, hold - self.monitor.allowed_lateness_ms)
                 engine.advance_watermark(hold - self.monitor.allowed_lateness_ms)
             wm = bucket.watermark
             internal = [OutputRecord(WATERMARK, str(bucket_id), f"watermark/{bucket_id}", wm, "")]

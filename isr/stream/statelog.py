@@ -13,9 +13,13 @@ segments' sizes, in order:
 - the log: one delta per micro-batch since the snapshot (snapshot.delta:
   the models, sessions and listener entries that changed), zstd;
 - the queue: one chunk per micro-batch, the events it queued for the
-  watermark (pickled, zstd), with the largest ts in it. A chunk is dropped
-  once the watermark has passed it; a restore keeps the events at or after
-  the watermark (those before were applied).
+  watermark (pickled, zstd), with the largest and the smallest ts in it. A
+  chunk is dropped once the watermark has passed it; a restore keeps the
+  events at or after the watermark (those before were applied), and decodes
+  a chunk only when a batch's watermark passes its smallest ts (or the input
+  ends): until then it stays bytes (`Bucket.deferred`), so that a rebuild
+  costs what the batch releases, not the whole queue held (a bucket whose
+  queue spans the allowed lateness of many partitions' events).
 
 A save re-uses every segment as it is and appends only the batch's delta
 and chunk; every COMPACT_AFTER deltas, or when the log grows past half the
@@ -100,7 +104,9 @@ class Stored:
         self.snapshot = snapshot_bytes  # None: none yet (the next save writes one)
         self.log: list[bytes] = log or []
         self.log_bytes = sum(len(b) for b in self.log)
-        self.chunks: list[list] = chunks or []  # [max ts, bytes]
+        # [max ts, bytes, min ts]; a chunk of a row written before the min
+        # was kept: [max ts, bytes]
+        self.chunks: list[list] = chunks or []
 
 
 def layout_of(blob: bytes) -> str:
@@ -144,8 +150,7 @@ def load(processor, blob: Optional[bytes], layout: tuple[int, int], key: tuple) 
             raise refuse(blob) from None
         _count("misses", layout)
         queued = snapshot.queued_raw(bucket.engine)
-        chunks = [[max(e[0] for e in queued), _compress(pickle.dumps(queued, protocol=5))]] \
-            if queued else []
+        chunks = [_chunk(queued)] if queued else []
         return Stored(bucket, chunks=chunks)
     header, at = _header(blob)
     if list(header["layout"]) != list(layout):
@@ -172,32 +177,65 @@ def _segments(blob: bytes, header: dict, at: int) -> tuple[bytes, list, list]:
         segments.append(bytes(view[at:at + size]))
         at += size
     snap, log = segments[0], segments[1:1 + len(header["log"])]
-    chunks = [[c[0], b] for c, b in zip(header["queue"], segments[1 + len(log):])]
+    chunks = [[c[0], b, *c[2:3]] for c, b in zip(header["queue"], segments[1 + len(log):])]
     return snap, log, chunks
 
 
-def _requeue(engine, chunks: list) -> None:
-    """The queue from the row's chunks: the events at or after the watermark."""
-    watermark = engine.sequencer.external_watermark
-    queued = engine.sequencer.queued = []
-    for _max_ts, chunk in chunks:
-        queued.extend(e for e in pickle.loads(_decompress(chunk)) if e[0] >= watermark)
+def _chunk(events: list) -> list:
+    """A queue chunk of `events` (ts, seq, raw, origin): [max ts, bytes, min ts]."""
+    stamps = [e[0] for e in events]
+    return [max(stamps), _compress(pickle.dumps(events, protocol=5)), min(stamps)]
 
 
-def _apply_log(engine, entries: list, chunks: list) -> None:
+def _requeue(bucket, chunks: list) -> None:
+    """The queue from the row's chunks: the events at or after the
+    watermark. A chunk whose smallest ts is known is left as bytes in
+    `bucket.deferred` until a watermark passes it (`undefer`)."""
+    bucket.engine.sequencer.queued = []
+    bucket.deferred = [c for c in chunks if len(c) > 2]
+    _decode_chunks(bucket.engine.sequencer, [c for c in chunks if len(c) <= 2])
+
+
+def _decode_chunks(sequencer, chunks: list) -> None:
+    """The events of `chunks` at or after the watermark, into the queue
+    (those before it were applied before the row was saved)."""
+    watermark = sequencer.external_watermark
+    queued = sequencer.queued
+    for c in chunks:
+        queued.extend(e for e in pickle.loads(_decompress(c[1])) if e[0] >= watermark)
+
+
+def undefer(bucket, until: Optional[int]) -> None:
+    """Decode the deferred chunks holding an event before `until` (None:
+    all, the end of the input), before the watermark moves to `until`.
+    Exact: while a chunk stays deferred no watermark passed its smallest ts
+    since the restore, so the watermark is still the row's (if that ts was
+    before it) or not past the chunk's first event: decoding it later keeps
+    the same events as decoding it at the restore."""
+    deferred = bucket.deferred
+    if not deferred:
+        return
+    due = deferred if until is None else [c for c in deferred if c[2] < until]
+    if due:
+        bucket.deferred = [] if until is None else [c for c in deferred if c[2] >= until]
+        _decode_chunks(bucket.engine.sequencer, due)
+
+
+def _apply_log(bucket, entries: list, chunks: list) -> None:
     """The row's deltas `entries` (decompressed, or decoded by
     snapshot.fold_log) applied in order, then its queue; the engine then
     holds no pending changes (the row has them all)."""
+    engine = bucket.engine
     for entry in entries:
         snapshot.apply_delta(engine, entry)
-    _requeue(engine, chunks)
+    _requeue(bucket, chunks)
     snapshot.clear_changes(engine)
 
 
 def _catch_up(cached: Stored, blob: bytes, header: dict, at: int, position: int,
               version) -> Stored:
     snap, log, chunks = _segments(blob, header, at)
-    _apply_log(cached.bucket.engine, [_decompress(e) for e in log[position:]], chunks)
+    _apply_log(cached.bucket, [_decompress(e) for e in log[position:]], chunks)
     return Stored(cached.bucket, snap, log, chunks, version,
                   [tuple(v) for v in header["versions"]])
 
@@ -209,7 +247,7 @@ def _rebuild(processor, blob: bytes, header: dict, at: int, layout, version) -> 
     folded, deltas = snapshot.fold_log(_decompress(snap), [_decompress(e) for e in log])
     bucket = processor.restore(None, layout, snapshot_blob=folded)
     try:
-        _apply_log(bucket.engine, deltas, chunks)
+        _apply_log(bucket, deltas, chunks)
     except snapshot.StateVersionError as exc:
         from isr.stream.operator import version_error
         raise version_error(exc) from None
@@ -222,11 +260,10 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
     sequencer holds them), and the engine kept for the next batch."""
     engine = stored.bucket.engine
     watermark = engine.sequencer.external_watermark
-    if engine.sequencer.queued:
+    if engine.sequencer.queued or stored.bucket.deferred:
         stored.chunks = [c for c in stored.chunks if c[0] >= watermark]
         if arrived:
-            stored.chunks.append([max(e[0] for e in arrived),
-                                  _compress(pickle.dumps(arrived, protocol=5))])
+            stored.chunks.append(_chunk(arrived))
     else:
         stored.chunks = []  # all applied (the end of a bounded input)
     models = sum(len(parts) for parts in engine.partitions.values())
@@ -252,7 +289,7 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
         "layout": list(stored.bucket.layout), "version": list(stored.version),
         "versions": [list(v) for v in stored.versions],
         "snapshot": len(stored.snapshot), "log": [len(b) for b in stored.log],
-        "queue": [[c[0], len(c[1])] for c in stored.chunks]})
+        "queue": [[c[0], len(c[1]), *c[2:3]] for c in stored.chunks]})
     row = b"".join([_HEAD, len(header).to_bytes(4, "little"), header, stored.snapshot,
                     *stored.log, *(c[1] for c in stored.chunks)])
     if CACHE_ENTRIES > 0:

@@ -104,6 +104,9 @@ class StateThrottle(Listener):
         sent = self.sent
         return [sorted(self.pending), [[*k, *sent[k]] for k in sorted(changed)]]
 
+    def clear_state_delta(self) -> None:
+        self.sent_changed = set()
+
     def apply_state_delta(self, delta: list) -> None:
         pending, sent = delta
         self.pending = {tuple(k) for k in pending}
