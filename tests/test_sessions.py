@@ -322,31 +322,3 @@ def test_checks_that_visit_only_models_due_output_what_visiting_every_model_does
     order: alerts and propagation included, across restarts."""
     assert _batches(events, cuts, True) == _batches(events, cuts, False)
 
-
-def test_alerts_make_the_catch_up_apply_no_more_fetches_than_without_them():
-    # An append brings the alert listener's instant forward to the lag
-    # crossing of the follower at the old LEO; the follower's next fetch
-    # reaches the new LEO, so that instant is stale. The catch-up at the
-    # next append asks the listener (puts_off) and does not move the
-    # follower up to the stale instant first: it applies as many fetches as
-    # it does with alerts off, and every decision is the same.
-    from isr.pipeline.listeners import local_engine
-
-    events = [session(0, 7, 0, {0: 0, 1: 0}), _append(1000, 10), session(1500, 7, 1, {0: 10})]
-    events += [session(t, 7, e, {}) for e, t in enumerate(range(2000, 20000, 500), start=2)]
-    events += [_append(20000, 20)]
-    runs = []
-    for alerts in (True, False):
-        monitor = MonitorSettings(policy=["kafka"], replica_lag_time_max_ms=10000,
-                                  alerts={"enabled": alerts})
-        engine = local_engine(monitor)
-        engine.apply_in_order(_leaders(0, 1) + events)
-        runs.append((engine.session_driver.exact_fetches,
-                     [d for d in engine.take_decisions() if not hasattr(d, "fingerprint")]))
-    assert runs[0] == runs[1]
-    assert runs[0][0] == 1  # the last pending fetch before the second append, once
-
-
-def _append(t: int, leo: int, partition: int = 0):
-    return validate({"v": 1, "type": "append", "ts": T0 + t, "topic": "orders",
-                     "partition": partition, "leader": 1, "leader_epoch": 1, "leader_leo": leo})

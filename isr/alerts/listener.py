@@ -164,22 +164,6 @@ class AlertListener(Listener):
             return w.due  # due_by's common case, inline: the deadline index asks often
         return self.evaluator.due_by(w, 2**63)
 
-    def puts_off(self, model, instant: int) -> bool:
-        """A stale `due` with no alert active: the evaluator's put_off, as a
-        wake at it would find, without moving the followers up to it first
-        (their fetches only put the instants off further). Not asked where
-        `due` is a known follower's lag crossing (`due_lag`): that one is
-        live as the model stands (each fetch of that follower applied since
-        was heard, on_fetch), and the follower's own fetches are what can
-        put it off."""
-        w = model.watch
-        if w is None or w.alerts or w.due != instant or w.due_lag >= 0:
-            return False
-        if self.evaluator.put_off(w, model):
-            self.dirty[w] = w
-            return True
-        return False
-
     def skips_quiet_fetches(self, model) -> bool:
         if self.evaluator.exhaustive:  # the reference hears every fetch
             return False

@@ -63,15 +63,6 @@ class Listener:
         input (None: none). Override it with skips_quiet_fetches."""
         return None
 
-    def puts_off(self, model, instant: int) -> bool:
-        """Whether `instant`, this listener's `next_due` for `model`, turned
-        out stale as the model stands, so that it now reports a later one
-        (found without acting: nothing can change before it). Fetch
-        sessions' catching up asks before it moves the followers up to such
-        an instant (sessions.py), and goes on to the next one instead. By
-        default never."""
-        return False
-
     def skips_quiet_fetches(self, model) -> bool:
         """Whether this listener may miss `model`'s fetches that move only a
         follower's times. By default only if it does not hear events at all."""

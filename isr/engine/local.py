@@ -92,7 +92,6 @@ class LocalEngine:
         # Fetch sessions (sessions.py): what a listener needs of the fetches
         # catching up may skip.
         self._next_due = hooks(self.listeners, "next_due")
-        self._puts_off = hooks(self.listeners, "puts_off")
         self._skips = [l.skips_quiet_fetches for l in self.listeners]
         self._skips_fetch = [l.skips_fetch for l in self.listeners]
         serve = [l.quiet_serve_ms() for l in self.listeners]
@@ -355,14 +354,6 @@ class LocalEngine:
             if t is not None and (best is None or t < best):
                 best = t
         return best
-
-    def puts_off(self, model: PartitionModel, instant: int) -> bool:
-        """Whether a listener whose next instant for `model` was `instant`
-        found it stale and reports a later one (fetch sessions' catching up)."""
-        for hook in self._puts_off:
-            if hook(model, instant):
-                return True
-        return False
 
     def skips_quiet_fetches(self, model: PartitionModel) -> bool:
         return all(skips(model) for skips in self._skips)

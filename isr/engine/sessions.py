@@ -296,8 +296,6 @@ class SessionDriver:
                 instant, known = engine.next_instant(m), True
             if instant is not None and last_run < instant < t_next:
                 known = False
-                if engine.puts_off(m, instant):
-                    continue  # a listener's stale instant: its next one, found as the model stands
                 if self._jump(m, steady, instant, o_next, brokers):
                     continue  # the followers moved: the instant may have too
                 seq, last_run = m.seq, instant
