@@ -321,4 +321,3 @@ def test_checks_that_visit_only_models_due_output_what_visiting_every_model_does
     """The deadline index changes no output record, nor its batch, nor its
     order: alerts and propagation included, across restarts."""
     assert _batches(events, cuts, True) == _batches(events, cuts, False)
-
