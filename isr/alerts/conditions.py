@@ -54,21 +54,10 @@ def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
          ) -> tuple[dict[tuple[str, int], tuple], Optional[int], int]:
     """({(alertname, replica or PARTITION): numbers}, next instant > T to look
     again, the follower whose lag crosses its limit then or -1)."""
-    out: dict[tuple[str, int], tuple] = {}
+    out = isr_conditions(v, P)
     due = None
     lag_due, lag_of = None, -1
     isr, leader = v.isr, v.leader
-    n_rep, min_isr = len(v.replicas), v.min_isr
-    under, at, alone = P.min_isr_rules
-    is_under, is_at, is_alone, is_urp = isr_health(isr, leader, n_rep, min_isr)
-    if under and is_under:
-        out[("UnderMinIsr", PARTITION)] = (isr, min_isr)
-    if at and is_at and min_isr < n_rep:
-        out[("AtMinIsr", PARTITION)] = (isr, min_isr, n_rep)
-    if alone and is_alone:
-        out[("LeaderOnlyIsr", PARTITION)] = (leader, v.replicas)
-    if P.under_replicated and is_urp:
-        out[("UnderReplicated", PARTITION)] = (isr, v.replicas)
     if P.flapping and w.flaps.times:
         recent, leaves = w.flaps.count(T, P.flap_window_ms)
         if leaves is not None:
@@ -109,6 +98,25 @@ def scan(w: Watch, v: PartitionView, T: int, P: RuleParams
             if due is None or t < due:
                 due = t
     return out, due, (lag_of if lag_due is not None and due == lag_due else -1)
+
+
+def isr_conditions(v: PartitionView, P: RuleParams) -> dict[tuple[str, int], tuple]:
+    """The conditions on the ISR's size that hold (scan's first part: they
+    depend on nothing but the ISR, the leader, the replicas and the min ISR)."""
+    out: dict[tuple[str, int], tuple] = {}
+    isr, leader = v.isr, v.leader
+    n_rep, min_isr = len(v.replicas), v.min_isr
+    under, at, alone = P.min_isr_rules
+    is_under, is_at, is_alone, is_urp = isr_health(isr, leader, n_rep, min_isr)
+    if under and is_under:
+        out[("UnderMinIsr", PARTITION)] = (isr, min_isr)
+    if at and is_at and min_isr < n_rep:
+        out[("AtMinIsr", PARTITION)] = (isr, min_isr, n_rep)
+    if alone and is_alone:
+        out[("LeaderOnlyIsr", PARTITION)] = (leader, v.replicas)
+    if P.under_replicated and is_urp:
+        out[("UnderReplicated", PARTITION)] = (isr, v.replicas)
+    return out
 
 
 def next_instant(w: Watch, v: PartitionView, P: RuleParams) -> Optional[tuple[Optional[int], int]]:

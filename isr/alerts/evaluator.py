@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from isr.contract.catalog import CATALOG, RULES
-from isr.alerts.conditions import (PARTITION, RuleParams, describe, lag_crossing,
-                                   lag_crossings, lag_floor, next_instant, scan,
+from isr.alerts.conditions import (PARTITION, RuleParams, describe, isr_conditions,
+                                   lag_crossing, lag_crossings, lag_floor, next_instant, scan,
                                    stall_crossing, still_lagging)
 from isr.alerts.watch import NEVER, AtChange, PartitionView, Watch
 from isr.config import AlertSettings
@@ -107,6 +107,8 @@ class AlertEvaluator:
             w.served_ms.clear()
             w.unserved.clear()
             w.reported = None  # the new epoch's committed ISR is not known yet
+            if not w.alerts and self._quiet_leader(w, model, ts):
+                return
         elif kind == "isr":
             w.reported = list(event.isr)
         self._step(w, model, ts, out)
@@ -176,6 +178,29 @@ class AlertEvaluator:
         time could settle it (as a scan after every event does)."""
         if model.leader < 0 or self.exhaustive or w.wake <= ts:
             self._step(w, model, ts, out)
+
+    def _quiet_leader(self, w: Watch, model: PartitionView, ts: int) -> bool:
+        """Whether the scan after a leader event would find nothing holding,
+        where no alert is active and no ISR change is recent: then it is
+        skipped, and `due` is what it would find (next_instant). The event
+        cleared the slow and unserved fetches and the reported ISR (no
+        SlowLeaderFetch, no IsrDivergence) and was noted (no silence); what
+        can still hold is a condition on the ISR's size (isr_conditions,
+        asked as the scan asks it) or a time-driven one whose instant has
+        come (a follower's lag or the stalled HW, where a leader event keeps
+        them): next_instant gives the first of those instants, so none has
+        come if it lies after `ts`."""
+        if self.exhaustive or w.flaps.times:
+            return False
+        P = self._params.get(w.topic) or self.params(w.topic)
+        if isr_conditions(model, P):
+            return False
+        nxt = next_instant(w, model, P)
+        if nxt is None or (nxt[0] is not None and nxt[0] <= ts):
+            return False
+        set_due(w, nxt[0], nxt[1], P)
+        w.t = ts
+        return True
 
     def _quiet_fetch(self, w: Watch, model: PartitionView, replica: int, ts: int,
                      P: RuleParams) -> bool:
@@ -324,16 +349,24 @@ class AlertEvaluator:
             due = self.due_by(w, until)
             if due is None or due > until or (due == until and not inclusive):
                 return
-            if not w.alerts and not self.exhaustive:
-                # `due` may be stale (an instant put off since: a follower
-                # caught up, the HW moved, an event ended a silence); with
-                # no alert active the true one is found without a scan.
-                P = self._params.get(w.topic) or self.params(w.topic)
-                nxt = next_instant(w, view, P)
-                if nxt is not None and (nxt[0] is None or nxt[0] > due):
-                    set_due(w, nxt[0], nxt[1], P)
-                    continue
+            if not w.alerts and self.put_off(w, view):
+                continue
             self._step(w, view, due, out)
+
+    def put_off(self, w: Watch, view: PartitionView) -> bool:
+        """Whether `due`, with no alert active, was stale (an instant put off
+        since: a follower caught up, the HW moved, an event ended a silence),
+        and is now the true one, found without a scan: with no alert active
+        nothing holds, nothing but next_instant's instants can start a
+        condition without input, and `due` is no later than any of them."""
+        if self.exhaustive:
+            return False
+        P = self._params.get(w.topic) or self.params(w.topic)
+        nxt = next_instant(w, view, P)
+        if nxt is not None and (nxt[0] is None or nxt[0] > w.due):
+            set_due(w, nxt[0], nxt[1], P)
+            return True
+        return False
 
     # ------------------------------------------------------------ lifecycle
     def due_by(self, w: Watch, until: int) -> Optional[int]:

@@ -29,11 +29,12 @@ class AlertListener(Listener):
         then kept on the model (`model.watch`). Only a watch created here
         counts as changed: linking a restored one changes nothing (the hooks
         that change a watch mark it themselves)."""
-        key = (model.rules.policy, *model.key)
+        policy, cluster, topic, partition = (model.rules.policy, model.cluster, model.topic,
+                                             model.partition)
+        key = (policy, cluster, topic, partition)
         w = self.watches.get(key)
         if w is None:
-            w = self.watches[key] = Watch(model.cluster, model.topic, model.partition,
-                                          model.rules.policy)
+            w = self.watches[key] = Watch(cluster, topic, partition, policy)
             self.dirty[w] = w
         model.watch = w
         return w
