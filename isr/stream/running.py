@@ -68,22 +68,49 @@ def _interrupt_noise(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("KeyboardInterrupt while")
 
 
+def _end_local_python_workers() -> None:
+    """SIGKILL the PySpark worker processes below this one (local mode; a
+    cluster's run on its executors). Stopped under them, the workers find
+    their sockets closed and PySpark's daemon prints the BrokenPipe or
+    EOFError tracebacks, which the JVM copies to our stderr: a stop is not an
+    error. Killing them first is safe: the micro-batch cut short is done
+    again on the next start (the same as a kill -9 of the whole job)."""
+    table = _processes()
+    below, grew = {os.getpid()}, True
+    while grew:
+        grew = False
+        for pid, (ppid, _cmd) in table.items():
+            if ppid in below and pid not in below:
+                below.add(pid)
+                grew = True
+    for pid in below - {os.getpid()}:
+        argv = table[pid][1].split(b"\0")
+        if b"python" in os.path.basename(argv[0]) and b"pyspark" in table[pid][1]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass  # gone already
+
+
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent pid, command line) of every process readable now."""
+    table = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    table[int(entry)] = (ppid, f.read())
+            except (OSError, ValueError, IndexError):
+                continue
+    return table
+
+
 def _children() -> set[int]:
     """This process's children (Linux /proc; elsewhere none are found)."""
-    me, found = os.getpid(), set()
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return found
-    for entry in entries:
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == me:
-            found.add(int(entry))
-    return found
+    me = os.getpid()
+    return {pid for pid, (ppid, _cmd) in _processes().items() if ppid == me}
 
 
 def quiet_failures(spark) -> None:
@@ -170,6 +197,7 @@ def _wait(query, name: str, watch: "ExecutorWatch | None" = None) -> int:
             print(f"{name}: stopping (a micro-batch cut short is done again on the next "
                   "start, its records written once)", file=sys.stderr)
             started = time.monotonic()
+            _end_local_python_workers()
             try:
                 query.stop()
             except Exception:  # noqa: BLE001 - stopping is all that is asked
