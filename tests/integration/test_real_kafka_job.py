@@ -59,6 +59,30 @@ def written(kafka, topic: str, partitions: int) -> int:
         c.close()
 
 
+def newest_ts(kafka, topic: str, partitions: int) -> int:
+    """The largest event ts among the last records of each partition, up to
+    the ends seen first (reading to the end would chase the taps' writes)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "isr-tests", "log_level": 0})
+    try:
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)}
+        waiting = {p for p, end in ends.items() if end > 0}
+        c.assign([TopicPartition(topic, p, max(0, ends[p] - 50)) for p in waiting])
+        newest, deadline = 0, time.monotonic() + 20
+        while waiting and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            newest = max(newest, json.loads(m.value())["ts"])
+            if m.offset() >= ends[m.partition()] - 1:
+                waiting.discard(m.partition())
+        return newest
+    finally:
+        c.close()
+
+
 def test_isr_run_on_the_real_cluster_writes_what_replay_decides(kafka, tmp_path):
     paused = 3
     name = f"job{uuid.uuid4().hex[:6]}"
@@ -74,7 +98,12 @@ def test_isr_run_on_the_real_cluster_writes_what_replay_decides(kafka, tmp_path)
         with producing(kafka, load) as counts:
             time.sleep(3)
             pause_until_shrunk_then_resume(kafka, paused, load)
-            time.sleep(LATENESS_MS / 1000 + 2)  # the watermark passes the expand
+            # The watermark passes the expand once the taps have written
+            # events this much later than it. On a loaded machine they fall
+            # behind the cluster, and a fixed sleep was not always enough.
+            back_ms = time.time() * 1000
+            wait_for(lambda: newest_ts(kafka, f"{name}.in", 2) > back_ms + LATENESS_MS + 2000,
+                     90, "the taps' events past the expand and the lateness")
     finally:
         codes = taps.stop()
         errors.close()
