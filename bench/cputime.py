@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+from isr.stream.running import descendants  # the same walk as isr run's
+
 
 def _stats() -> dict[int, tuple[int, float]]:
     """pid -> (parent pid, CPU seconds) of every process readable now."""
@@ -31,18 +33,6 @@ def _stats() -> dict[int, tuple[int, float]]:
             continue
         out[int(pid)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
     return out
-
-
-def descendants(stats: dict, roots: set[int]) -> set[int]:
-    """`roots` and every process below them in `stats` (`_stats`)."""
-    mine, grew = set(roots), True
-    while grew:
-        grew = False
-        for pid, (parent, _cpu) in stats.items():
-            if parent in mine and pid not in mine:
-                mine.add(pid)
-                grew = True
-    return mine
 
 
 def tree_cpu_seconds(root: int) -> float:

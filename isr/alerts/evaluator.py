@@ -193,8 +193,12 @@ class AlertEvaluator:
         if self.exhaustive or w.flaps.times:
             return False
         P = self._params.get(w.topic) or self.params(w.topic)
-        if isr_conditions(model, P):
-            return False
+        return not isr_conditions(model, P) and self._none_due_yet(w, model, ts, P)
+
+    @staticmethod
+    def _none_due_yet(w: Watch, model: PartitionView, ts: int, P: RuleParams) -> bool:
+        """Where no condition holds at `ts`: whether next_instant's first
+        instant lies after `ts` (then none has come, and it becomes `due`)."""
         nxt = next_instant(w, model, P)
         if nxt is None or (nxt[0] is not None and nxt[0] <= ts):
             return False
@@ -233,12 +237,7 @@ class AlertEvaluator:
             # holds: every instant is at or after `due`, and `due` > ts).
             if w.alerts or self.exhaustive or (w.due is not None and w.due <= ts):
                 return False
-            nxt = next_instant(w, model, P)
-            if nxt is None or (nxt[0] is not None and nxt[0] <= ts):
-                return False
-            set_due(w, nxt[0], nxt[1], P)
-            w.t = ts
-            return True
+            return self._none_due_yet(w, model, ts, P)
         if not w.alerts:
             due = w.due  # due_by's common case, inline
         elif not self._fetch_keeps_alerts(w, model, replica, ts, P):

@@ -76,20 +76,26 @@ def _end_local_python_workers() -> None:
     error. Killing them first is safe: the micro-batch cut short is done
     again on the next start (the same as a kill -9 of the whole job)."""
     table = _processes()
-    below, grew = {os.getpid()}, True
-    while grew:
-        grew = False
-        for pid, (ppid, _cmd) in table.items():
-            if ppid in below and pid not in below:
-                below.add(pid)
-                grew = True
-    for pid in below - {os.getpid()}:
+    for pid in descendants(table, {os.getpid()}) - {os.getpid()}:
         argv = table[pid][1].split(b"\0")
         if b"python" in os.path.basename(argv[0]) and b"pyspark" in table[pid][1]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass  # gone already
+
+
+def descendants(table: dict, roots: set[int]) -> set[int]:
+    """`roots` and every process below them in `table` (pid -> (parent
+    pid, ...), as `_processes` gives it)."""
+    below, grew = set(roots), True
+    while grew:
+        grew = False
+        for pid, (ppid, *_rest) in table.items():
+            if ppid in below and pid not in below:
+                below.add(pid)
+                grew = True
+    return below
 
 
 def _processes() -> dict[int, tuple[int, bytes]]:
