@@ -49,6 +49,16 @@ def set_due(w: Watch, due: Optional[int], due_lag: int, P: RuleParams) -> None:
     w.lag_floor = lag_floor(due, P)
 
 
+def _due_after(w: Watch, view: PartitionView, bound: int, P: RuleParams) -> bool:
+    """Where no alert is active: whether next_instant's first instant lies
+    after `bound` (or there is none); then it becomes `due`."""
+    nxt = next_instant(w, view, P)
+    if nxt is None or (nxt[0] is not None and nxt[0] <= bound):
+        return False
+    set_due(w, nxt[0], nxt[1], P)
+    return True
+
+
 def iso(ms: int) -> str:
     """Alertmanager's time format (RFC 3339, UTC, milliseconds)."""
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime(
@@ -199,10 +209,8 @@ class AlertEvaluator:
     def _none_due_yet(w: Watch, model: PartitionView, ts: int, P: RuleParams) -> bool:
         """Where no condition holds at `ts`: whether next_instant's first
         instant lies after `ts` (then none has come, and it becomes `due`)."""
-        nxt = next_instant(w, model, P)
-        if nxt is None or (nxt[0] is not None and nxt[0] <= ts):
+        if not _due_after(w, model, ts, P):
             return False
-        set_due(w, nxt[0], nxt[1], P)
         w.t = ts
         return True
 
@@ -361,11 +369,7 @@ class AlertEvaluator:
         if self.exhaustive:
             return False
         P = self._params.get(w.topic) or self.params(w.topic)
-        nxt = next_instant(w, view, P)
-        if nxt is not None and (nxt[0] is None or nxt[0] > w.due):
-            set_due(w, nxt[0], nxt[1], P)
-            return True
-        return False
+        return _due_after(w, view, w.due, P)
 
     # ------------------------------------------------------------ lifecycle
     def due_by(self, w: Watch, until: int) -> Optional[int]:
