@@ -35,10 +35,14 @@ def _stats() -> dict[int, tuple[int, float]]:
     return out
 
 
+def _parents(stats: dict) -> dict[int, int]:
+    return {pid: parent for pid, (parent, _cpu) in stats.items()}
+
+
 def tree_cpu_seconds(root: int) -> float:
     """CPU seconds of `root` and its live descendants, now."""
     stats = _stats()
-    return sum(stats[pid][1] for pid in descendants(stats, {root}) if pid in stats)
+    return sum(stats[pid][1] for pid in descendants(_parents(stats), {root}) if pid in stats)
 
 
 def main() -> int:
@@ -50,7 +54,7 @@ def main() -> int:
     mine, seen = {child.pid}, {}
     while child.poll() is None:
         stats = _stats()
-        mine = descendants(stats, mine)  # once seen, kept: a parent may end first
+        mine = descendants(_parents(stats), mine)  # once seen, kept: a parent may end first
         for pid in mine:
             if pid in stats:
                 seen[pid] = stats[pid][1]

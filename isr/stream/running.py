@@ -75,48 +75,47 @@ def _end_local_python_workers() -> None:
     EOFError tracebacks, which the JVM copies to our stderr: a stop is not an
     error. Killing them first is safe: the micro-batch cut short is done
     again on the next start (the same as a kill -9 of the whole job)."""
-    table = _processes()
-    for pid in descendants(table, {os.getpid()}) - {os.getpid()}:
-        argv = table[pid][1].split(b"\0")
-        if b"python" in os.path.basename(argv[0]) and b"pyspark" in table[pid][1]:
-            try:
+    for pid in descendants(_parents(), {os.getpid()}) - {os.getpid()}:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            if b"python" in os.path.basename(cmdline.split(b"\0")[0]) and b"pyspark" in cmdline:
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass  # gone already
+        except OSError:
+            pass  # gone already
 
 
-def descendants(table: dict, roots: set[int]) -> set[int]:
-    """`roots` and every process below them in `table` (pid -> (parent
-    pid, ...), as `_processes` gives it)."""
+def descendants(parents: dict[int, int], roots: set[int]) -> set[int]:
+    """`roots` and every process below them (`parents`: pid -> parent pid,
+    as `_parents` gives it)."""
     below, grew = set(roots), True
     while grew:
         grew = False
-        for pid, (ppid, *_rest) in table.items():
+        for pid, ppid in parents.items():
             if ppid in below and pid not in below:
                 below.add(pid)
                 grew = True
     return below
 
 
-def _processes() -> dict[int, tuple[int, bytes]]:
-    """pid -> (parent pid, command line) of every process readable now."""
-    table = {}
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process readable now (Linux /proc;
+    elsewhere none)."""
+    parents = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    table[int(entry)] = (ppid, f.read())
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
-    return table
+    return parents
 
 
 def _children() -> set[int]:
     """This process's children (Linux /proc; elsewhere none are found)."""
     me = os.getpid()
-    return {pid for pid, (ppid, _cmd) in _processes().items() if ppid == me}
+    return {pid for pid, ppid in _parents().items() if ppid == me}
 
 
 def quiet_failures(spark) -> None:
