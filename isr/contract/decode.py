@@ -71,16 +71,20 @@ def decode(raw: Union[bytes, str, None]) -> Union[Any, Rejection]:
     return _careful(obj, data)
 
 
-def decode_many(raws: Sequence) -> list:
+def decode_many(raws: Sequence, size: int = DECODE_CHUNK) -> list:
     """`decode` of each message, the valid ones in one msgspec call per chunk
-    of `DECODE_CHUNK` (`decode_valid`); a chunk with a bad message is
-    decoded one message at a time: the result and every reason are exactly
-    `decode`'s."""
+    of `size` (`decode_valid`); a chunk with a bad message is decoded again
+    in chunks of `DECODE_CHUNK` and, below that, one message at a time, so a
+    bad message costs only its own small chunk: the result and every reason
+    are exactly `decode`'s."""
     out: list = []
-    for start in range(0, len(raws), DECODE_CHUNK):
-        chunk = raws[start:start + DECODE_CHUNK]
+    for start in range(0, len(raws), size):
+        chunk = raws[start:start + size]
         events = decode_valid(chunk)
-        out.extend(events if events is not None else map(_decode_guarded, chunk))
+        if events is None:
+            events = (decode_many(chunk) if size > DECODE_CHUNK
+                      else map(_decode_guarded, chunk))
+        out.extend(events)
     return out
 
 

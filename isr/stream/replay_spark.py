@@ -17,7 +17,7 @@ import numpy as np
 
 from isr.config import Settings
 from isr.contract import DECISION_TYPES, Rejection
-from isr.contract.decode import decode_many, decode_valid
+from isr.contract.decode import decode_many
 from isr.contract.decisions import output_order
 from isr.contract.decisions import DeadLetter
 from isr.contract.events import BROKER, LEADER, PARTITION, SCOPE
@@ -81,7 +81,7 @@ class Admission:
         `pos`); the byte offset after it."""
         events = None
         if Overlong not in set(map(type, chunk)):
-            events = _decode_chunk(chunk)
+            events = decode_many(chunk, len(chunk))  # one msgspec call unless a line is bad
             if Rejection in set(map(type, events)):  # or a blank line: line by line
                 events = None
         if events is None:
@@ -172,14 +172,6 @@ class Admission:
         if b is None:
             b = self._homes[key] = bucket_of(*key, self.buckets)
         return b
-
-
-def _decode_chunk(chunk: list) -> list:
-    """`decode_many` of a chunk of lines: in one msgspec call when every
-    line is an event (the common case), else in decode_many's small chunks,
-    so that a bad line costs only its own."""
-    events = decode_valid(chunk)
-    return events if events is not None else decode_many(chunk)
 
 
 _TS = attrgetter("ts")
