@@ -136,6 +136,11 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a monitor setting for isr replay, "
                          "e.g. monitor.replica_lag_time_max_ms=10000")
+    ap.add_argument("--steady-from", type=float, default=20,
+                    help="also replay the first S s at the session grain: the difference of the "
+                         "two replays' CPU is the steady state, without the fixed start (the "
+                         "leader events, the first full requests) and end (every partition's "
+                         "final state); 0: not measured")
     ap.add_argument("--dir", default=None, help="where the event files go (default: a temp dir)")
     ap.add_argument("--reuse", action="store_true",
                     help="replay the event files already in --dir instead of writing them again "
@@ -153,9 +158,13 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores")
     runs = [("session grain", False, args.seconds)]
+    steady = 0 < args.steady_from < args.seconds
+    if steady:
+        runs.append(("session grain, first seconds", False, args.steady_from))
     if args.partition_seconds > 0:  # like for like: the same first seconds at both grains
         runs += [("session grain, same window", False, args.partition_seconds),
                  ("partition grain", True, args.partition_seconds)]
+    cpu_of: dict[float, float] = {}
     for label, expand, seconds in runs:
         path = where / f"{'partition' if expand else 'session'}-{seconds:g}.jsonl"
         if args.reuse and args.dir and path.exists():
@@ -165,8 +174,16 @@ def main() -> None:
         out = where / f"{path.stem}.out.jsonl"
         wall, cpu, rss = replay(path, out, extra)
         report(label, counts, listed, gen_s, seconds, wall, cpu, rss, out)
+        if not expand:
+            cpu_of[seconds] = cpu
         if not args.dir:
             path.unlink()
+    if steady:
+        # What following the cluster costs once started: a long-running job
+        # pays the start once, and no replay's final states.
+        per_s = (cpu_of[args.seconds] - cpu_of[args.steady_from]) / (args.seconds - args.steady_from)
+        print(f"steady state (+{args.steady_from:g} s to +{args.seconds:g} s): {per_s:.3f} CPU s "
+              f"per second of cluster time = {1 / per_s:.2f}x real time per core")
 
 
 if __name__ == "__main__":
