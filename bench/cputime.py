@@ -4,9 +4,13 @@ wall-clock time says little.
 
     python bench/cputime.py -- isr replay -q --no-state --engine spark events.jsonl
 
+    python bench/cputime.py --by-process -- isr replay ... --engine spark events.jsonl
+
 Polls /proc every 0.2 s and keeps each process's last utime + stime, so a
 process that ends between two polls loses at most its last 0.2 s. Prints the
-total, and the load average at the end, on stderr.
+total, and the load average at the end, on stderr; with `--by-process` also
+the CPU seconds per kind of process (the program, or `python -m` its module:
+the JVM, the driver, PySpark's worker daemons and data-source planners).
 """
 
 from __future__ import annotations
@@ -45,21 +49,45 @@ def tree_cpu_seconds(root: int) -> float:
     return sum(stats[pid][1] for pid in descendants(_parents(stats), {root}) if pid in stats)
 
 
+def _kind(pid: int) -> str:
+    """What a process runs: `python -m MODULE`'s module, else the program's name."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:  # gone
+        return "?"
+    if "-m" in args[:-1]:
+        return " ".join(args[args.index("-m"):args.index("-m") + 3]).strip()
+    return os.path.basename(args[0]) or "?"
+
+
 def main() -> int:
     argv = sys.argv[1:]
+    by_process = argv[:1] == ["--by-process"]
+    if by_process:
+        argv = argv[1:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
     started = time.perf_counter()
     child = subprocess.Popen(argv)
-    mine, seen = {child.pid}, {}
+    mine, seen, kinds = {child.pid}, {}, {}
     while child.poll() is None:
         stats = _stats()
         mine = descendants(_parents(stats), mine)  # once seen, kept: a parent may end first
         for pid in mine:
             if pid in stats:
                 seen[pid] = stats[pid][1]
+                if by_process:  # each time: `bash spark-class` becomes `java`
+                    kinds[pid] = _kind(pid) if kinds.get(pid) != "java" else "java"
         time.sleep(0.2)
     total = sum(seen.values())
+    if by_process:
+        groups: dict[str, list[float]] = {}
+        for pid, cpu in seen.items():
+            groups.setdefault(kinds.get(pid, "?"), []).append(cpu)
+        for kind, cpus in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
+            print(f"cputime: {sum(cpus):7.1f} CPU s in {len(cpus):3d} x {kind[:90]}",
+                  file=sys.stderr)
     print(f"cputime: {total:.1f} CPU s over {time.perf_counter() - started:.1f} s wall, "
           f"{len(seen)} processes, load average {os.getloadavg()[0]:.1f}, exit {child.returncode}",
           file=sys.stderr)
