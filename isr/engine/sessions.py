@@ -307,9 +307,29 @@ class SessionDriver:
             if nxt is not None and self._at_leo(m, steady) and self._folds(m, nxt, brokers):
                 # Its next fetch only moves times (and so do the steady
                 # ones': they need not be moved up to it first): it joins
-                # the next jump.
-                nxt[2] = False
-                continue
+                # the next jump. A fold changes nothing but `nxt`'s flag:
+                # no position moves (`live` stands) and nothing
+                # next_instant reads (`instant` stands), so the next exact
+                # stream is found here, not by going round the whole loop
+                # (the common case: both followers of an appended
+                # partition fold, one after the other).
+                while True:
+                    nxt[2] = False
+                    steady.append(nxt)
+                    nxt, t_next, o_next = None, INF, INF
+                    for st in live:
+                        if st[2]:
+                            session = st[0]
+                            e = session.log[st[1][1] - session.base]
+                            if e[3] < o_next:
+                                nxt, t_next, o_next = st, e[0], e[3]
+                    if (nxt is None or (instant is not None and last_run < instant < t_next)
+                            or not self._folds(m, nxt, brokers)):
+                        break
+                    # (_at_leo(m, steady) still holds: the stream that
+                    # joined `steady` folded, so its follower is at the LEO.)
+                if instant is not None and last_run < instant < t_next:
+                    continue  # the instant comes first (the loop's first test)
             if steady and self._jump(m, steady, t_next, o_next, brokers):
                 known = False
             if nxt is None:

@@ -32,8 +32,10 @@ class Brokers:
 
     def is_stale_fetch(self, broker: int, fetch_broker_epoch: int) -> bool:
         """A fetch carrying an older broker epoch than the cluster knows."""
-        known = self.known_epoch(broker)
-        return fetch_broker_epoch >= 0 and known >= 0 and fetch_broker_epoch < known
+        if fetch_broker_epoch < 0:
+            return False
+        entry = self.states.get(broker)  # known_epoch, inline: this runs for most fetches
+        return entry is not None and entry[1] >= 0 and fetch_broker_epoch < entry[1]
 
     def is_eligible(self, broker: int, fetch_broker_epoch: int) -> bool:
         """Kafka's `isReplicaIsrEligible`. Without any broker events every broker

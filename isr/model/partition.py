@@ -19,6 +19,7 @@ from isr.model.brokers import Brokers
 from isr.model.follower import Follower
 from isr.model.health import isr_health
 from isr.model.rules import (
+    KAFKA,
     LEGACY,
     Rules,
     caught_up_ts_after_fetch,
@@ -160,10 +161,18 @@ class PartitionModel:
         """The first check instant >= next_check at which a shrink happens if
         no further event arrives, or None."""
         rules, leader_leo, best = self.rules, self.leader_leo, None
+        # kafka and kip501: a follower at the leader's LEO stays in sync
+        # (out_of_sync_from's first test, here without the call: most
+        # followers of a busy cluster are there whenever this is asked).
+        at_leo_in_sync = rules.modern
+        leader, followers = self.leader, self.followers
         for r in self.isr:
-            if r == self.leader:
+            if r == leader:
                 continue
-            since = out_of_sync_from(rules, self.followers[r], leader_leo)
+            f = followers[r]
+            if at_leo_in_sync and f.leo == leader_leo:
+                continue
+            since = out_of_sync_from(rules, f, leader_leo)
             if since is not None and (best is None or since < best):
                 best = since
         if best is None:
@@ -230,8 +239,14 @@ class PartitionModel:
             f = self._bootstrap_follower(replica, ts)
         if brokers.states and brokers.is_stale_fetch(replica, broker_epoch):
             return STALE_BROKER_EPOCH
-        f.last_caught_up_ts = caught_up_ts_after_fetch(
-            self.rules, f, fetch_offset, fetch_leader_leo, fetch_ts, ts)
+        rules = self.rules
+        if rules.policy == KAFKA and fetch_offset >= fetch_leader_leo:
+            # caught_up_ts_after_fetch's first case, inline: most fetches
+            if fetch_ts > f.last_caught_up_ts:
+                f.last_caught_up_ts = fetch_ts
+        else:
+            f.last_caught_up_ts = caught_up_ts_after_fetch(
+                rules, f, fetch_offset, fetch_leader_leo, fetch_ts, ts)
         previous_leo = f.leo
         f.leo = fetch_offset  # may go down after truncation: no max
         if fetch_leader_leo > f.last_fetch_leader_leo:
