@@ -243,7 +243,9 @@ def job_settings(args, bootstrap: str, topic: str, prefix: str, run_dir: Path,
 
 def start_job(args, settings: list[str], run_dir: Path, available_now: bool):
     env = dict(os.environ, PYSPARK_PYTHON=PY, PYSPARK_DRIVER_PYTHON=PY,
-               PYTHONPATH=str(TREE), ISR_SPARK_LOG_LEVEL="ERROR")
+               PYTHONPATH=str(TREE), ISR_SPARK_LOG_LEVEL="ERROR",
+               # each bucket call's engine cache hit / catch-up / miss (statelog.py)
+               ISR_STATE_CACHE_LOG=str(run_dir / "cache.log"))
     cmd = [PY, "-m", "isr.cli", "run", *(["--available-now"] if available_now else []),
            *[a for o in settings for a in ("--set", o)]]
     (run_dir / "eventlog").mkdir(parents=True, exist_ok=True)
@@ -316,6 +318,19 @@ def describe_progress(reports: list[dict]) -> None:
     last = with_input[-1].get("stateOperators") or [{}]
     print(f"  state rows {sum(o.get('numRowsTotal', 0) for o in last):,}, memory "
           f"{sum(o.get('memoryUsedBytes', 0) for o in last) / 2**20:,.0f} MB (last batch)")
+
+
+def describe_cache(run_dir: Path) -> None:
+    from collections import Counter
+
+    try:
+        calls = [line.split() for line in open(run_dir / "cache.log")]
+    except OSError:
+        return
+    kinds = Counter(c[2] for c in calls)
+    print(f"  engine cache: {len(calls)} bucket calls: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+          + f"; {len({c[0] for c in calls})} worker processes ran buckets")
 
 
 def records(bootstrap: str, topic: str) -> list[dict]:
@@ -429,6 +444,7 @@ def run(args) -> None:
               f"{mb(w.peak_pss['workers'])}; sum {mb(w.peak_pss['sum'])})")
         print(f"  the Kafka cluster (4 JVMs) used {kafka_used:.1f} CPU s meanwhile", flush=True)
         describe_progress(progress_reports(run_dir))
+        describe_cache(run_dir)
         if args.replay_out:
             compare(args, bootstrap, prefix, path, args.replay_out)
     if not args.keep:
@@ -459,8 +475,7 @@ def latency(args) -> None:
     job = start_job(args, settings, run_dir, available_now=False)
     w = Watch(job.pid)
     w.start()
-    from isr.kafka.client import ensure_topics as _et
-    _et({"bootstrap.servers": bootstrap}, [f"{prefix}.changes"], 1, 1)
+    ensure_topics({"bootstrap.servers": bootstrap}, [f"{prefix}.changes"], 1, 1)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
                          "enable.auto.commit": False, "log_level": 0})
     consumer.assign([TopicPartition(f"{prefix}.changes", 0, 0)])
@@ -500,6 +515,7 @@ def latency(args) -> None:
             now_ms = time.time() * 1000
             if shift is None:
                 shift = int(now_ms) - ev["ts"]
+                first_ts = ev["ts"] + shift
             ev["ts"] += shift
             wait = (ev["ts"] - time.time() * 1000) / 1000
             if wait > 0.005:
@@ -516,7 +532,7 @@ def latency(args) -> None:
     fed = time.time() - fed_from
     last_ts = ev["ts"]
     print(f"latency: fed {n:,} events in {fed:.1f} s (the file spans "
-          f"{(last_ts - shift - (last_ts - shift - int(fed * 1000))) / 1000:.1f} s); "
+          f"{(last_ts - first_ts) / 1000:.1f} s); "
           f"the feeder was behind by > 50 ms at {len(behind):,} events "
           f"(max {max(behind, default=0):.2f} s)", flush=True)
     deadline = time.time() + args.drain
@@ -546,6 +562,7 @@ def latency(args) -> None:
           f"Kafka {kafka_used:.1f} CPU s; peak RSS sum {mb(w.peak['sum'])} (JVM "
           f"{mb(w.peak['jvm'])}, driver {mb(w.peak['driver'])}, workers {mb(w.peak['workers'])})")
     describe_progress(progress_reports(run_dir))
+    describe_cache(run_dir)
     if not args.keep:
         c.stop()
 
