@@ -26,6 +26,12 @@ it and reports:
   <stem>.out.jsonl), below the stream's last watermark (newest ts - the
   allowed lateness), as tests/integration/test_real_kafka_job.py compares.
 
+With a 2-partition input topic (the default) the job's decisions can differ
+from replay's where events of the same ts under different routing keys
+decide something (the leader-resume shrinks of a stall: docs/benchmarks.md,
+"The realistic cluster through `isr run`"); `--input-partitions 1` keeps
+the file's order and the outputs identical.
+
 The cluster outlives one invocation (--keep) so that several runs share it
 and a topic already holding the file is not written again;
 `bench_realistic_run.py stop` stops it.
