@@ -255,7 +255,7 @@ def fetch_gaps_ms(outputs: list[str], replica: int, topic: str, since: int, unti
 
 def test_a_slow_follower_falls_out_by_the_lag_rule_and_is_taken_back(kafka, tmp_path):
     """A follower that keeps fetching but cannot keep up: broker 3 gets a
-    sixteenth of the CPU while an acks=1 burst fills the partitions it
+    thirty-first of the CPU while an acks=1 burst fills the partitions it
     follows. Its leaders shrink it by the lag rule (its fetches never stop
     for a lag time: not liveness). A replication throttle on it then keeps it
     out while it runs freely (Kafka throttles only a follower that is out of
@@ -279,7 +279,9 @@ def test_a_slow_follower_falls_out_by_the_lag_rule_and_is_taken_back(kafka, tmp_
     try:
         with producing(kafka, topic) as counts:
             time.sleep(2)
-            with Starved(kafka, slow, stop_s=0.3, run_s=0.02):
+            # A thirty-first of the CPU: with a sixteenth, a quiet and fast
+            # machine's broker kept up with the burst (CI, 2026-11-26).
+            with Starved(kafka, slow, stop_s=0.3, run_s=0.01):
                 enough = threading.Event()
                 filler = threading.Thread(target=burst, args=(
                     kafka.bootstrap, topic, followed, 20e6, 4 * lag / 1000), daemon=True,

@@ -66,7 +66,11 @@ def test_kill_9_mid_stream_then_restart_gives_exactly_the_uninterrupted_output(b
 
     # Crashed: kill -9 (the Python driver and its JVM) once a few batches are out.
     name = f"crash{uuid.uuid4().hex[:6]}"
-    config = workload.job_config(tmp_path, broker, name, input_topic, limit=150)
+    # Batches 3 s apart, whatever the machine's speed: the kill must come
+    # before the last one (a fast machine did all 8 between two polls of
+    # 1 s batches); the batches' contents, set by the read limit, are the same.
+    config = workload.job_config(tmp_path, broker, name, input_topic, limit=150,
+                                 trigger_interval="3 seconds")
     proc = _run(config)
     deadline = time.monotonic() + 300
     while _committed_batches(broker, name) < 3 and time.monotonic() < deadline:

@@ -115,10 +115,11 @@ def job_settings(bootstrap: str, tmp_path, base: list[str], *extra: str, prefix=
 
 
 def job_config(tmp_path: Path, broker, name: str, input_topic: str, limit: int,
-               source: str = "python") -> Path:
+               source: str = "python", trigger_interval: str = "1 second") -> Path:
     """The streaming job's configuration for one test: input, output topics
     and a query of its own, run with LAG_MS and 1 s of lateness; `source`:
-    input.source (the Python source or Spark's Kafka source)."""
+    input.source (the Python source or Spark's Kafka source);
+    `trigger_interval`: stream.trigger_interval."""
     path = tmp_path / f"{name}.toml"
     path.write_text(f"""
 [monitor]
@@ -141,6 +142,7 @@ partitions = 1
 checkpoint_location = "{tmp_path / name / 'checkpoint'}"
 query_name = "{name}"
 state_buckets = 2
+trigger_interval = "{trigger_interval}"
 """)
     return path
 
