@@ -78,7 +78,9 @@ def main() -> int:
             if pid in stats:
                 seen[pid] = stats[pid][1]
                 if by_process:  # each time: `bash spark-class` becomes `java`
-                    kinds[pid] = _kind(pid) if kinds.get(pid) != "java" else "java"
+                    kind = _kind(pid)
+                    if kind != "?":  # gone since `_stats`: keep what it last ran
+                        kinds[pid] = kind
         time.sleep(0.2)
     total = sum(seen.values())
     if by_process:
