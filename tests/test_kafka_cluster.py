@@ -32,14 +32,36 @@ def one_line(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def free_port_base(span: int = 20) -> int:
+    """A base with base .. base + span free now: the script checks its
+    ports in order, so any other port in use would be named first (a CI
+    machine once held the controller's port, base + 0)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1] - span
+        if base > 1024 and all(port_is_free(base + i) for i in range(span + 1)):
+            return base
+    pytest.fail("no 21 free consecutive ports on 127.0.0.1")
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def test_port_in_use_names_the_port_and_the_way_out(tmp_path):
+    base = free_port_base()
+    port = base + 2  # broker 2 listens on base + 2
     with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
+        held.bind(("127.0.0.1", port))
         held.listen()
-        port = held.getsockname()[1]
-        # broker 2 would listen on base + 2
         done = run_script("start", env={"ISR_KAFKA_DIR": str(tmp_path),
-                                        "ISR_KAFKA_PORT_BASE": str(port - 2)})
+                                        "ISR_KAFKA_PORT_BASE": str(base)})
     line = one_line(done)
     assert line.startswith("kafka-cluster start: port ")
     assert f"port {port} (broker-2) is in use" in line and "ISR_KAFKA_PORT_BASE" in line
