@@ -56,6 +56,7 @@ APPLIED = Outcome("applied")
 # they keep their arrival order (the output is sorted: output_order).
 _PARTITION_RANK = -1
 _TIE_RANK = {name: _PARTITION_RANK for name, scope in SCOPE.items() if scope == PARTITION}
+_PARTITION_TYPES = frozenset(_TIE_RANK)
 _BROKER_RANK = -(1 << 40)  # + broker id: below every other rank
 
 
@@ -71,6 +72,8 @@ def in_tie_order(entries: list) -> list:
     """Released (ts, seq, event, origin) entries, in (ts, seq) order, with
     each ts's events stably sorted by `tie_rank`; the same list when they
     already are (the common case)."""
+    if {entry[2].type for entry in entries} <= _PARTITION_TYPES:
+        return entries  # one rank: nothing to reorder (a per-partition input)
     ranks, rank_of = _TIE_RANK, tie_rank
     last_ts, last_rank = None, 0
     for ts, _seq, event, _origin in entries:
