@@ -256,7 +256,8 @@ class LocalEngine:
 
     # ------------------------------------------------------------ fan-out
     def apply_in_order(self, events: Iterable) -> None:
-        """Apply events already in (ts, arrival) order, bypassing the sequencer."""
+        """Apply events in the given order, bypassing the sequencer and the
+        tie order (`in_tie_order`): the caller's order is the order."""
         for event in events:
             self.apply(event)
 
