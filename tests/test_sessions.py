@@ -19,7 +19,7 @@ from isr.contract import Rejection, validate
 from isr.contract.fast import STRUCTS
 from isr.contract.policies import POLICIES
 from isr.engine import snapshot
-from isr.engine.local import LocalEngine
+from isr.engine.local import LocalEngine, tie_rank
 
 FETCH = STRUCTS["fetch"]
 
@@ -98,7 +98,9 @@ def _outputs(engine: LocalEngine, decisions: list) -> tuple:
 def test_session_fetches_decide_as_their_expansion_across_batches_and_restarts(events, cuts):
     monitor = _monitor()
     ref = Expanding(monitor)
-    for ev in events:
+    # in the contract's order of same-ts events (docs/contract.md, "Order of
+    # events"), as the engine's sequencer releases them
+    for ev in sorted(events, key=lambda e: (e.ts, tie_rank(e))):
         ref.apply(ev)
     ref.engine.finish()
 

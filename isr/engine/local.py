@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Optional
 from isr.config import MonitorSettings
 from isr.contract.decode import Rejection, decode_many
 from isr.contract.decisions import PartitionStates
-from isr.contract.events import BROKER, LEADER, SCOPE
+from isr.contract.events import BROKER, LEADER, PARTITION, SCOPE
 from isr.engine.deadlines import EAGER, DeadlineIndex
 from isr.engine.listeners import Listener, hooks
 from isr.engine.sequencer import Sequencer
@@ -38,6 +38,54 @@ class Outcome:
 
 
 APPLIED = Outcome("applied")
+
+# The order of events of the same ts under different routing keys
+# (docs/contract.md, "Order of events"): Kafka keeps only each key's events
+# in order, so the engine applies a ts's events by this rank, then in their
+# arrival order (each key's own order):
+# - broker events first (key `broker/<id>`), by broker id: the controller's
+#   decision of a millisecond reaches the leader's view before what its
+#   partitions did in it;
+# - then the partitions' own events (append, leader, fetch, fetch_start,
+#   isr: key `<topic>/<partition>`): a leader's appends of a millisecond are
+#   in its log when the overdue ISR check after its stall runs and when a
+#   fetch session of that millisecond reads it; a `leader` event comes
+#   before the fetches of its new epoch;
+# - then fetch sessions (key `leader/<id>`), by leader id.
+# Events of different partitions touch different models and commute, so
+# they keep their arrival order (the output is sorted: output_order).
+_PARTITION_RANK = -1
+_TIE_RANK = {name: _PARTITION_RANK for name, scope in SCOPE.items() if scope == PARTITION}
+_PARTITION_TYPES = frozenset(_TIE_RANK)
+_BROKER_RANK = -(1 << 40)  # + broker id: below every other rank
+
+
+def tie_rank(event) -> int:
+    """The rank of an event among the events of its ts (above)."""
+    rank = _TIE_RANK.get(event.type)
+    if rank is not None:
+        return rank
+    return _BROKER_RANK + event.broker if SCOPE[event.type] == BROKER else event.leader
+
+
+def in_tie_order(entries: list) -> list:
+    """Released (ts, seq, event, origin) entries, in (ts, seq) order, with
+    each ts's events stably sorted by `tie_rank`; the same list when they
+    already are (the common case)."""
+    if {entry[2].type for entry in entries} <= _PARTITION_TYPES:
+        return entries  # one rank: nothing to reorder (a per-partition input)
+    ranks, rank_of = _TIE_RANK, tie_rank
+    last_ts, last_rank = None, 0
+    for ts, _seq, event, _origin in entries:
+        rank = ranks.get(event.type)
+        if rank is None:
+            rank = rank_of(event)
+        if ts == last_ts and rank < last_rank:
+            break
+        last_ts, last_rank = ts, rank
+    else:
+        return entries
+    return sorted(entries, key=lambda e: (e[0], tie_rank(e[2])))
 
 
 def rules_for(monitor: MonitorSettings, policy: str) -> Rules:
@@ -183,23 +231,33 @@ class LocalEngine:
         return taken
 
     def _run(self, ready: list) -> None:
+        """Apply released (ts, seq, event, origin) entries: decoded if raw,
+        each ts's events in tie order (`in_tie_order`)."""
         apply, on_reject = self.apply, self.on_reject
         raws = [event for _ts, _seq, event, _origin in ready if event.__class__ is bytes]
-        decoded = iter(decode_many(raws)) if raws else None  # queued raw (submit_raw)
-        for _ts, _seq, event, origin in ready:
-            if event.__class__ is bytes:
-                event = next(decoded)
-                if isinstance(event, Rejection):  # validated before: only if the contract changed
-                    if on_reject is not None:
-                        on_reject(origin, event.reason)
-                    continue
+        if raws:  # queued raw (submit_raw)
+            decoded = iter(decode_many(raws))
+            entries = []
+            for entry in ready:
+                event = entry[2]
+                if event.__class__ is bytes:
+                    event = next(decoded)
+                    if isinstance(event, Rejection):  # validated before: only if the contract changed
+                        if on_reject is not None:
+                            on_reject(entry[3], event.reason)
+                        continue
+                    entry = (entry[0], entry[1], event, entry[3])
+                entries.append(entry)
+            ready = entries
+        for _ts, _seq, event, origin in in_tie_order(ready):
             outcome = apply(event)
             if outcome.status == "rejected" and on_reject is not None:
                 on_reject(origin, outcome.reason)
 
     # ------------------------------------------------------------ fan-out
     def apply_in_order(self, events: Iterable) -> None:
-        """Apply events already in (ts, arrival) order, bypassing the sequencer."""
+        """Apply events in the given order, bypassing the sequencer and the
+        tie order (`in_tie_order`): the caller's order is the order."""
         for event in events:
             self.apply(event)
 
