@@ -141,6 +141,8 @@ class RequestLogTap(Log4jTap):
         # has one session at a time: its latest, sessionless ones included.
         self.fetchers: dict[tuple[int, str], Session] = {}
         self.pending: dict[tuple[int, str, int], Pending] = {}
+        # replica -> its partitions whose read waits for the next fetchOffset
+        self.waiting: dict[int, dict[tuple[str, int], None]] = {}
         self.leo: dict[tuple[str, int], int] = {}  # highest LEO seen (reads resolved)
         # highest LEO written in an append, and its leader epoch
         self.written_leo: dict[tuple[str, int], tuple[int, int]] = {}
@@ -217,7 +219,7 @@ class RequestLogTap(Log4jTap):
                           read_ts, received)
         held.line_ts = line_ts
         self.order.append(held)
-        for tp, wanted in list(session.parts.items()):
+        for tp, wanted in self._read(session, held, served, replica):
             self._resolve((replica, *tp), wanted.fetch_offset, out)
             got = served.get(tp)
             if got is not None and got[2]:
@@ -247,9 +249,11 @@ class RequestLogTap(Log4jTap):
                 self._append(tp, wanted.leader_epoch, wanted.fetch_offset, read_ts, out, held)
                 self._written(ev, held, out)
                 if size:  # records came while it waited: LEO rose by its end
+                    self._wait(replica, tp)
                     self.pending[(replica, *tp)] = Pending(None, int(round(line_ts)), capped,
                                                            wanted.leader_epoch, held)
             else:
+                self._wait(replica, tp)
                 self.pending[(replica, *tp)] = Pending(ev, read_ts, capped, wanted.leader_epoch,
                                                        held)
         held.open = False
@@ -259,6 +263,23 @@ class RequestLogTap(Log4jTap):
         self._written(None, held, out)
         self._release(out)
         return out
+
+    def _read(self, session: Session, held: Held, served: dict,
+              replica: int) -> list[tuple[tuple[str, int], Wanted]]:
+        """The session's partitions this request must go through. At the
+        partition grain all (each is a `fetch`). At the session grain only
+        those the request listed, the response named, or whose previous read
+        waits for this next fetchOffset: any other one was read at its held
+        fetchOffset with nothing returned, which says nothing new (its LEO was
+        already written), so a request costs what it lists, not what its
+        session holds."""
+        parts = session.parts
+        if self.grain == PARTITION:
+            return list(parts.items())
+        keys = dict.fromkeys(tp for tp, _w in held.listed)
+        keys.update(dict.fromkeys(served))
+        keys.update(dict.fromkeys(self.waiting.get(replica, ())))
+        return [(tp, parts[tp]) for tp in keys if tp in parts]
 
     # ------------------------------------------------------------ session grain
     def _held(self, request: dict, session: Session, sid: int,
@@ -437,6 +458,9 @@ class RequestLogTap(Log4jTap):
         pending = self.pending.pop(key, None)
         if pending is None:
             return
+        waiting = self.waiting.get(key[0])
+        if waiting is not None:
+            waiting.pop(key[1:], None)
         ev = pending.event
         base = ev["fetch_offset"] if ev is not None else -1
         if next_offset is None or next_offset <= base:  # never came, or truncated
@@ -458,6 +482,9 @@ class RequestLogTap(Log4jTap):
         if ev is not None:
             ev["leader_leo"] = leo
             self._written(ev, pending.held, out)
+
+    def _wait(self, replica: int, tp: tuple[str, int]) -> None:
+        self.waiting.setdefault(replica, {})[tp] = None
 
     def _known_leo(self, tp: tuple[str, int], pending: Pending) -> int:
         """The highest LEO other reads saw up to this read (same leader epoch):
