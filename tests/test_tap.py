@@ -187,6 +187,39 @@ def test_both_grains_decide_the_same_on_a_follower_outage(tmp_path):
     assert out["session"] == out["partition"] and '"shrink"' in out["session"]
 
 
+def _follower(end, replica, session_epoch, offset, size, session_id=55):
+    return completed(end, 15, fetch_request(15, replica, 7, 0 if session_epoch == 0 else session_id,
+                                            session_epoch, [_part(0, offset)]),
+                     fetch_response(15, session_id, [{"partitionIndex": 0, "highWatermark": offset,
+                                                      "size": size}]),
+                     replica, 1.3, 0.05, 0.25, 0.0)
+
+
+def test_session_events_go_out_in_the_order_of_their_lines():
+    """A request whose read returned records waits for its LEO (the follower's
+    next fetchOffset); a later request that is complete waits behind it, so
+    requests go out in the order the leader completed them (two followers taken
+    back at the same ms: the order is the ISR's), but for at most HOLD_MS of log
+    time."""
+    lines = [_follower(T0 + 1000, 2, 0, 10, 500, session_id=55),   # records: waits
+             _follower(T0 + 1000, 3, 0, 20, 0, session_id=66),     # complete
+             _follower(T0 + 1200, 2, 1, 20, 0, session_id=55)]     # replica 2's LEO: 20
+    events, _ = tap_request_log(lines, grain="session")
+    got = [(e["replica"], e["ts"] - T0) for e in events if e["type"] == "fetch_session"]
+    assert got == [(2, 999), (3, 999), (2, 1199)]
+    # replica 2 never fetches again: replica 3's requests stop waiting after HOLD_MS
+    later = [_follower(T0 + 1000 + ms, 3, n, 20, 0, session_id=66)
+             for n, ms in enumerate((500, 1000, 1500), start=1)]
+    tap = RequestLogTap(1, topic_names=names().topic_name, grain="session")
+    seen = []
+    for line in lines[:2] + later:
+        seen.append([(e["replica"], e["ts"] - T0) for e in tap.feed(line)
+                     if e["type"] == "fetch_session"])
+    assert seen == [[], [], [], [], [(3, 999), (3, 1499), (3, 1999), (3, 2499)]]
+    assert [(e["replica"], e["ts"] - T0) for e in tap.finish()
+            if e["type"] == "fetch_session"] == [(2, 999)]
+
+
 def test_the_leader_leo_is_inferred_from_the_next_fetch_and_capped_reads_are_bounds():
     r1 = _line(T0 + 1000, fetch_request(15, 2, 7, 0, 0, [_part(0, 100)]),
                fetch_response(15, 55, [{"partitionIndex": 0, "highWatermark": 100,
@@ -220,9 +253,13 @@ def test_a_slow_followers_capped_read_is_raised_to_what_the_other_follower_read(
     got = [(e["ts"] - T0, e["fetch_offset"], e["leader_leo"]) for e in events
            if e["type"] == "fetch" and e["replica"] == 3]
     # its first read came after replica 2's reads that showed LEO 10000 (the
-    # read at +1009 ms, whose next fetchOffset is 10000), so the leader had
-    # 10000 then, not the 100 its own next fetch asks for
-    assert got[0] == (1024, 0, 10000)
+    # read at +1009 ms, whose next fetchOffset is 10000) and then at least
+    # 10001 (the read at +1019 ms from 10000 returned records; no next request:
+    # a lower bound), so the leader had at least 10001 then, not the 100 its
+    # own next fetch asks for. (The +1019 read is settled only at the end of
+    # the input, after the slow one; requests are written in line order, so
+    # the slow read is raised to what the appends written before it show.)
+    assert got[0] == (1024, 0, 10001)
 
 
 def test_a_purgatory_wait_is_not_a_slow_read():

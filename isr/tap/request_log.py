@@ -32,7 +32,8 @@ unlisted one's is the leader's LEO of the `append` events before it):
   between its fetches, issue 22's slow follower). `append` events follow the
   inferred LEO up. At the session grain a request whose reads wait for
   their LEO is written when the last of them is known (its session's next
-  request, as the partition grain writes those `fetch`es).
+  request, as the partition grain writes those `fetch`es), and requests are
+  written in the order of their lines (`HOLD_MS`).
 """
 
 from __future__ import annotations
@@ -79,14 +80,26 @@ class Session:
 
 @dataclass
 class Held:
-    """Session grain: one FETCH's `fetch_session` event, written once every
-    read of it knows its LEO (`waiting` reaches 0 after `open` ends)."""
+    """One FETCH's events (its `fetch_session`, or at the partition grain its
+    `fetch`es), written once every read of it knows its LEO (`waiting`
+    reaches 0 after `open` ends), in line order (RequestLogTap.HOLD_MS)."""
     event: dict
     listed: list[tuple[tuple[str, int], Wanted]]  # in the request's order
     fetches: dict[tuple[str, int], dict] = field(default_factory=dict)
     waiting: int = 0
     open: bool = True  # the request is still being read
     empty: bool = False
+    line_ts: float = 0.0   # the request's line time (its place in the output order)
+    done: bool = False     # complete: ready to go out in its line's order
+    detached: bool = False  # no longer holds back later requests (RequestLogTap.HOLD_MS)
+    # the `append`s its reads showed, written just before it (in line order)
+    before: list[dict] = field(default_factory=list)
+    # reads whose LEO is a lower bound: raised, when written, to the LEO the
+    # `append`s before them in line order showed (same leader epoch)
+    bounds: set[tuple[str, int]] = field(default_factory=set)
+    # `append`s of records that came while it waited in purgatory: after it
+    after: list[dict] = field(default_factory=list)
+    emitted: bool = False
 
 
 @dataclass
@@ -96,11 +109,19 @@ class Pending:
     ts: int                # when the leader's LEO was seen
     capped: bool
     leader_epoch: int
-    held: Optional[Held] = None  # session grain: the request it belongs to
+    held: Optional[Held] = None  # the request it belongs to
 
 
 class RequestLogTap(Log4jTap):
     """Lines of one broker's request log in, events out (`feed` / `finish`)."""
+
+    # Session grain: requests go out in the order of their lines (the order
+    # the leader completed them), so a request whose reads wait for their LEO
+    # holds back the complete ones after it, for at most this much log time
+    # (a running follower's next request comes within replica.fetch.wait.max.ms,
+    # 500 ms by default, of its previous one's completion); past it, they go
+    # out and it follows when complete.
+    HOLD_MS = 1000
 
     def __init__(self, broker: int, cluster: str = "default", timezone: str = "UTC",
                  topic_names: Optional[Callable[[str], Optional[str]]] = None,
@@ -120,9 +141,15 @@ class RequestLogTap(Log4jTap):
         # has one session at a time: its latest, sessionless ones included.
         self.fetchers: dict[tuple[int, str], Session] = {}
         self.pending: dict[tuple[int, str, int], Pending] = {}
-        self.leo: dict[tuple[str, int], int] = {}  # highest LEO sent in an append
+        # replica -> its partitions whose read waits for the next fetchOffset
+        self.waiting: dict[int, dict[tuple[str, int], None]] = {}
+        self.leo: dict[tuple[str, int], int] = {}  # highest LEO seen (reads resolved)
+        # highest LEO written in an append, and its leader epoch
+        self.written_leo: dict[tuple[str, int], tuple[int, int]] = {}
         # the last appends' (ts, leader epoch, LEO): what the leader had at a time
         self.appended: dict[tuple[str, int], deque] = {}
+        self.order: deque[Held] = deque()  # session grain: requests in line order
+        self.now = float("-inf")  # the latest line time
 
     # ------------------------------------------------------------ lines
     def entry(self, parsed: LogLine) -> list[dict]:
@@ -160,6 +187,8 @@ class RequestLogTap(Log4jTap):
         out: list[dict] = []
         for key in list(self.pending):
             self._resolve(key, None, out)
+        self.now = float("inf")
+        self._release(out)
         return out
 
     # ------------------------------------------------------------ one FETCH
@@ -177,6 +206,7 @@ class RequestLogTap(Log4jTap):
         if response.get("errorCode", 0) != 0:
             return self.skip(f"FETCH error {response['errorCode']}")
         out: list[dict] = []
+        self.now = max(self.now, line_ts)
         fetcher = (replica, desc["requestHeader"].get("clientId", ""))
         session, sid, forgotten = self._session(fetcher, request, response, out)
         arrival = line_ts - desc["totalTimeMs"] + desc["requestQueueTimeMs"]
@@ -184,16 +214,17 @@ class RequestLogTap(Log4jTap):
         read_ts = max(received, int(round(arrival + desc["localTimeMs"])))
         served = self._served(response)
         total = sum(size for _hw, size, _err in served.values())
-        held = None
-        if self.grain == SESSION:
-            held = self._held(request, session, sid, forgotten, replica, broker_epoch,
-                              read_ts, received)
-        for tp, wanted in list(session.parts.items()):
+        # both grains: the request's events go out in line order (HOLD_MS)
+        held = self._held(request, session, sid, forgotten, replica, broker_epoch,
+                          read_ts, received)
+        held.line_ts = line_ts
+        self.order.append(held)
+        for tp, wanted in self._read(session, held, served, replica):
             self._resolve((replica, *tp), wanted.fetch_offset, out)
             got = served.get(tp)
             if got is not None and got[2]:
                 self.skipped[f"partition error {got[2]}"] += 1
-                if held is not None:
+                if self.grain == SESSION:
                     self._leave_out(held, session, tp)
                 continue
             if wanted.leader_epoch < 0:
@@ -207,29 +238,48 @@ class RequestLogTap(Log4jTap):
                 ev["log_start_offset"] = wanted.log_start_offset
             if broker_epoch >= 0:
                 ev["broker_epoch"] = broker_epoch
-            if held is not None:
-                held.fetches[tp] = ev
-                held.waiting += 1
+            held.fetches[tp] = ev
+            held.waiting += 1
             size = 0 if got is None else got[1]
             waited = desc.get("remoteTimeMs", 0) > 0
             capped = size >= wanted.max_bytes or total >= request.get("maxBytes", 2**31 - 1)
             if size == 0 or waited:
                 # Nothing to read at the (first) read: caught up, LEO exact.
                 ev["leader_leo"] = wanted.fetch_offset
-                self._append(tp, wanted.leader_epoch, wanted.fetch_offset, read_ts, out)
+                self._append(tp, wanted.leader_epoch, wanted.fetch_offset, read_ts, out, held)
                 self._written(ev, held, out)
                 if size:  # records came while it waited: LEO rose by its end
+                    self._wait(replica, tp)
                     self.pending[(replica, *tp)] = Pending(None, int(round(line_ts)), capped,
-                                                           wanted.leader_epoch)
+                                                           wanted.leader_epoch, held)
             else:
+                self._wait(replica, tp)
                 self.pending[(replica, *tp)] = Pending(ev, read_ts, capped, wanted.leader_epoch,
                                                        held)
-        if held is not None:
-            held.open = False
-            # a session that holds nothing (its topics' ids unknown) says nothing
-            held.empty = not session.parts and "forgotten" not in held.event
-            self._written(None, held, out)
+        held.open = False
+        # a session that holds nothing (its topics' ids unknown) says nothing
+        held.empty = self.grain == PARTITION or (not session.parts
+                                                 and "forgotten" not in held.event)
+        self._written(None, held, out)
+        self._release(out)
         return out
+
+    def _read(self, session: Session, held: Held, served: dict,
+              replica: int) -> list[tuple[tuple[str, int], Wanted]]:
+        """The session's partitions this request must go through. At the
+        partition grain all (each is a `fetch`). At the session grain only
+        those the request listed, the response named, or whose previous read
+        waits for this next fetchOffset: any other one was read at its held
+        fetchOffset with nothing returned, which says nothing new (its LEO was
+        already written), so a request costs what it lists, not what its
+        session holds."""
+        parts = session.parts
+        if self.grain == PARTITION:
+            return list(parts.items())
+        keys = dict.fromkeys(tp for tp, _w in held.listed)
+        keys.update(dict.fromkeys(served))
+        keys.update(dict.fromkeys(self.waiting.get(replica, ())))
+        return [(tp, parts[tp]) for tp in keys if tp in parts]
 
     # ------------------------------------------------------------ session grain
     def _held(self, request: dict, session: Session, sid: int,
@@ -268,26 +318,63 @@ class RequestLogTap(Log4jTap):
             held.event.setdefault("forgotten", []).append({"topic": tp[0], "partition": tp[1]})
 
     def _written(self, ev: Optional[dict], held: Optional[Held], out: list) -> None:
-        """A `fetch` is complete: out at the partition grain; at the session
-        grain, its request's event goes out once it is the last one."""
-        if held is None:
-            if ev is not None:
-                out.append(ev)
+        """A `fetch` is complete. Once every read of its request is, the
+        request's events (the `fetch`es at the partition grain, its
+        `fetch_session` at the session grain) go out in line order."""
+        if held is None:  # a read whose fetch went out already
             return
         if ev is not None:
             held.waiting -= 1
-        if held.open or held.waiting or held.empty:
+        if held.open or held.waiting or held.done:
             return
-        parts = []
-        for tp, wanted in held.listed:
+        held.done = True
+        if held.detached:
+            self._emit(held, out)
+        else:
+            self._release(out)
+
+    def _emit(self, held: Held, out: list) -> None:
+        """A complete request out: the `append`s its reads showed, then its
+        events (the `fetch`es at the partition grain, its `fetch_session`)."""
+        held.emitted = True
+        for ev in held.before:
+            self._write_append(ev, out)
+        for tp in held.bounds:  # the log only grows within a leader epoch
             fetch = held.fetches.get(tp)
-            p = {"topic": tp[0], "partition": tp[1], "leader_epoch": wanted.leader_epoch,
-                 "fetch_offset": wanted.fetch_offset}
-            if fetch is not None:
-                p["leader_leo"] = fetch["leader_leo"]
-            parts.append(p)
-        held.event["partitions"] = parts
-        out.append(held.event)
+            written = self.written_leo.get(tp)
+            if (fetch is not None and written is not None and written[1] == fetch["leader_epoch"]
+                    and written[0] > fetch["leader_leo"]):
+                fetch["leader_leo"] = written[0]
+        if self.grain == PARTITION:
+            out.extend(held.fetches.values())
+        elif not held.empty:
+            parts = []
+            for tp, wanted in held.listed:
+                fetch = held.fetches.get(tp)
+                p = {"topic": tp[0], "partition": tp[1], "leader_epoch": wanted.leader_epoch,
+                     "fetch_offset": wanted.fetch_offset}
+                if fetch is not None:
+                    p["leader_leo"] = fetch["leader_leo"]
+                parts.append(p)
+            held.event["partitions"] = parts
+            out.append(held.event)
+        for ev in held.after:
+            self._write_append(ev, out)
+
+    def _release(self, out: list) -> None:
+        """Complete requests out in line order; one incomplete for longer than
+        HOLD_MS of log time stops holding the others back."""
+        order = self.order
+        while order:
+            held = order[0]
+            if held.done:
+                order.popleft()
+                self._emit(held, out)
+            elif self.now - held.line_ts > self.HOLD_MS:
+                order.popleft()
+                held.detached = True
+            else:
+                break
 
     def _session(self, fetcher: tuple[int, str], request: dict, response: dict,
                  out: list) -> tuple[Session, int, list[tuple[str, int]]]:
@@ -371,6 +458,9 @@ class RequestLogTap(Log4jTap):
         pending = self.pending.pop(key, None)
         if pending is None:
             return
+        waiting = self.waiting.get(key[0])
+        if waiting is not None:
+            waiting.pop(key[1:], None)
         ev = pending.event
         base = ev["fetch_offset"] if ev is not None else -1
         if next_offset is None or next_offset <= base:  # never came, or truncated
@@ -378,15 +468,23 @@ class RequestLogTap(Log4jTap):
             if ev is None:
                 return
             leo = max(base + 1, self._known_leo(key[1:], pending))
+            bound = True
         else:
             leo = next_offset
+            bound = pending.capped
             if pending.capped:
                 self.approximate["reads whose LEO is only a lower bound"] += 1
                 leo = max(leo, self._known_leo(key[1:], pending))
-        self._append(key[1:], pending.leader_epoch, leo, pending.ts, out)
+        if bound and ev is not None and pending.held is not None:
+            pending.held.bounds.add(key[1:])
+        self._append(key[1:], pending.leader_epoch, leo, pending.ts, out, pending.held,
+                     after=ev is None)
         if ev is not None:
             ev["leader_leo"] = leo
             self._written(ev, pending.held, out)
+
+    def _wait(self, replica: int, tp: tuple[str, int]) -> None:
+        self.waiting.setdefault(replica, {})[tp] = None
 
     def _known_leo(self, tp: tuple[str, int], pending: Pending) -> int:
         """The highest LEO other reads saw up to this read (same leader epoch):
@@ -395,12 +493,32 @@ class RequestLogTap(Log4jTap):
                     if ts <= pending.ts and epoch == pending.leader_epoch), default=-1)
 
     def _append(self, tp: tuple[str, int], leader_epoch: int, leo: int, ts: int,
-                out: list) -> None:
-        if leo <= self.leo.get(tp, -1) or leader_epoch < 0:
+                out: list, held: Optional[Held] = None, after: bool = False) -> None:
+        """The leader's LEO `leo` seen at a read. At the session grain the
+        `append` goes out just before the request of that read, in line order
+        (a request before it in the log read the partition before the records
+        came: a parked fetch answered before the produce appended), and only
+        if it raises the LEO written before it in that order: reads are
+        resolved in the order their followers' next requests come, not in
+        line order."""
+        if leader_epoch < 0:
             return
-        self.leo[tp] = leo
-        self.appended.setdefault(tp, deque(maxlen=16)).append((ts, leader_epoch, leo))
-        out.append({"v": 1, "type": "append", "cluster": self.cluster, "ts": ts,
-                    "topic": tp[0], "partition": tp[1], "leader": self.broker,
-                    "leader_epoch": leader_epoch, "leader_leo": leo})
+        if leo > self.leo.get(tp, -1):
+            self.leo[tp] = leo
+            self.appended.setdefault(tp, deque(maxlen=16)).append((ts, leader_epoch, leo))
+        if leo <= self.written_leo.get(tp, (-1, -1))[0]:
+            return
+        ev = {"v": 1, "type": "append", "cluster": self.cluster, "ts": ts,
+              "topic": tp[0], "partition": tp[1], "leader": self.broker,
+              "leader_epoch": leader_epoch, "leader_leo": leo}
+        if held is not None and not held.detached and not held.emitted:
+            (held.after if after else held.before).append(ev)
+        else:
+            self._write_append(ev, out)
+
+    def _write_append(self, ev: dict, out: list) -> None:
+        tp = (ev["topic"], ev["partition"])
+        if ev["leader_leo"] > self.written_leo.get(tp, (-1, -1))[0]:
+            self.written_leo[tp] = (ev["leader_leo"], ev["leader_epoch"])
+            out.append(ev)
 
