@@ -315,6 +315,37 @@ def session_event(t, session_id, epoch, listed, forgotten=(), leader_id=1, repli
                      "forgotten": [{"topic": "orders", "partition": p} for p in forgotten]})
 
 
+def test_a_session_fetch_touches_every_partition_it_caches_and_a_late_catch_up_touches_none():
+    """The throttle lets the engine catch a session's quiet partitions up
+    lazily: a session's fetch touches every partition the session caches,
+    listed or not, in the batch that applies it, and catching a partition up
+    in a later batch (a view of it) touches nothing."""
+    touched = StateThrottle()
+    engine = LocalEngine(MonitorSettings(), listeners=[touched], external_watermark=True)
+    seq = iter(range(100))
+
+    def batch(events, watermark):
+        touched.begin(engine.sequencer.watermark)
+        for ev in events:
+            engine.submit(ev, next(seq))
+        engine.advance_watermark(T0 + watermark)
+        return [key[2] for key in touched.take_touched()]
+
+    parts = [leader(0, replicas=[1, 2], isr=[1, 2], partition=q) for q in range(3)]
+    assert batch(parts + [session_event(100, 7, 0, {q: 0 for q in range(3)}),
+                          session_event(600, 7, 1, {})], 1000) == [0, 1, 2]
+    assert batch([session_event(1100, 7, 2, {0: 0})], 2000) == [0, 1, 2]  # 1, 2 not listed
+    m = engine.partitions["kafka"][("default", "orders", 1)]
+    ((sid, link),) = m.sessions.items()
+    assert link[1] < engine.session_driver.sessions.by_sid[sid].end  # not caught up by the check
+    assert m.followers[2].last_fetch_ts == T0 + 97  # its listed fetch only (received_ts)
+    touched.begin(engine.sequencer.watermark)
+    engine.advance_watermark(T0 + 3000)
+    engine.current(m)  # catches it up: fetches of the batch before
+    assert m.followers[2].last_fetch_ts == T0 + 1097
+    assert touched.take_touched() == []
+
+
 def test_a_fetch_session_is_split_into_one_share_per_bucket_each_with_the_whole_header():
     ev = session_event(100, 7, 3, {p: 10 * p for p in range(12)}, forgotten=[12, 13, 14])
     raw = encode(ev)

@@ -77,6 +77,14 @@ class Listener:
         skips_quiet_fetches."""
         return self.skips_quiet_fetches(model)
 
+    def on_session_fetch(self, session, ts: int) -> None:
+        """A fetch session logged a fetch at `ts` for every partition it
+        caches (`session.cached`, keys (topic, partition) of
+        `session.cluster`; isr/engine/sessions.py). The partitions it does
+        not list are caught up lazily, when something needs them, so a
+        listener that skips quiet fetches but must know which partitions
+        were fetched learns it here, once per session fetch."""
+
     def quiet_serve_ms(self) -> Optional[int]:
         """A fetch taking longer than this to serve is never skipped (None: any may be)."""
         return None

@@ -137,6 +137,7 @@ class LocalEngine:
                                 if type(l).on_event is not Listener.on_event)
         self._on_broker_hooks = hooks(self.listeners, "on_broker")
         self._on_time = hooks(self.listeners, "on_time")
+        self._on_session_fetch = hooks(self.listeners, "on_session_fetch")
         # Fetch sessions (sessions.py): what a listener needs of the fetches
         # catching up may skip.
         self._next_due = hooks(self.listeners, "next_due")

@@ -133,6 +133,8 @@ class SessionDriver:
             session.add(entry)
             end = session.end
             self.last[session.sid] = entry
+            for hook in self.engine._on_session_fetch:
+                hook(session, entry[0])
             parts, dirty = self.engine.partitions, self.engine.dirty
             touch = self.engine.deadlines.touch
             sid, cluster, single = session.sid, ev.cluster, len(parts) == 1

@@ -163,6 +163,7 @@ class BucketProcessor:
         end_ts = None
         flush = False
         self._speak_for_sessions(engine, bucket.layout)
+        bucket.touched.begin(bucket.watermark)
         arrived = bucket.arrived = []
         plain, table = _split_plain(table, bucket.watermark)
         if plain is not None:  # events none of which is late: queued at once
@@ -223,7 +224,8 @@ class BucketProcessor:
                     PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
                     orjson.dumps([m.state_fields() for key in touched
                                   for m in models_of(key)]).decode()))
-            states = [m.state_fields() for m in bucket.touched.due(models_of, wm, flush)]
+            states = [m.state_fields() for m in bucket.touched.due(
+                lambda key: self._models(engine, key, False), wm, flush, engine.current)]
             return self._emit(engine, states, dead, internal)
         finally:
             engine.on_reject = None
@@ -240,13 +242,14 @@ class BucketProcessor:
             lambda ev: session_home(ev.cluster, ev.leader, buckets) == index)
 
     @staticmethod
-    def _models(engine: LocalEngine, key: tuple):
+    def _models(engine: LocalEngine, key: tuple, current: bool = True):
         """The partition's models, each up to date (its session fetches and
-        the checks the deadline index skipped) before it is shown."""
+        the checks the deadline index skipped) before it is shown
+        (`current`), else as they stand."""
         for policy in engine.policies:
             m = engine.partitions[policy].get(key)
             if m is not None:
-                yield engine.current(m)
+                yield engine.current(m) if current else m
 
     def _emit(self, engine: LocalEngine, states: list[dict], dead: list[DeadLetter],
               internal: list[OutputRecord]) -> list[OutputRecord]:

@@ -13,6 +13,17 @@ input ends with every partition's state (the operator's end of input), and
 
 The metrics are fed every touched partition of every batch apart from this
 (operator.py), never from the throttled records.
+
+A partition is touched in a batch when an event, an ISR change, a broker
+event or a fetch at or after the watermark the batch started from (`begin`)
+reaches it; a fetch session's fetch touches every partition it caches
+(`on_session_fetch`). The throttle needs no fetch applied one by one: it
+lets the engine catch a session's partitions up lazily (skips_quiet_fetches),
+so a fetch applied later, when something needs the partition, is one of an
+earlier batch and touches nothing now. Before (it heard every fetch) the
+engine caught every partition of a live session up at every batch: ~1 ms
+per event at 100 k partitions (docs/benchmarks.md, issue 23, branch
+`runprof`).
 """
 
 from __future__ import annotations
@@ -40,6 +51,17 @@ class StateThrottle(Listener):
         # (policy, cluster, topic, partition) -> [watermark when sent, membership]
         self.sent: dict[tuple, list] = {}
         self.sent_changed: set[tuple] = set()  # keys of `sent` since the last state_delta
+        # The batch's first watermark (begin): a fetch before it is an earlier
+        # batch's, applied late by a lazy catch-up (and after take_touched,
+        # every fetch is the batch's, counted already).
+        self.since = -(2**63)
+        # The sessions that logged a fetch since the last take_touched, by serial.
+        self.fetched: dict = {}
+
+    def begin(self, watermark: int) -> None:
+        """A batch starts; the watermark stands at `watermark` (every event
+        it releases, every check it runs, is at or after it)."""
+        self.since = watermark
 
     def on_change(self, model, change, out: list) -> None:
         self.touched.add(model.key)
@@ -51,7 +73,17 @@ class StateThrottle(Listener):
         # A fetch as its values: with this the engine applies the bucket's
         # fetches as `isr replay` does (apply_fetch), without building an
         # event for a listener that would only note the partition.
-        self.touched.add(model.key)
+        if ts >= self.since:
+            self.touched.add(model.key)
+
+    def on_session_fetch(self, session, ts: int) -> None:
+        self.fetched[session.sid] = session
+
+    def skips_quiet_fetches(self, model) -> bool:
+        return True  # a session's fetches touch its partitions (on_session_fetch)
+
+    def skips_fetch(self, model, replica: int, ts: int) -> bool:
+        return True
 
     def on_broker(self, model, event, out: list) -> None:
         self.touched.add(model.key)
@@ -59,12 +91,26 @@ class StateThrottle(Listener):
     def take_touched(self) -> list[tuple]:
         """The partitions changed since the last call, sorted; they are pending now."""
         touched, self.touched = self.touched, set()
+        # Until the next batch begins, a fetch applied is one this batch's
+        # views catch up (engine.current): counted here already.
+        self.since = 2**63
+        if self.fetched:  # every partition a session fetched, whether caught up or not
+            for session in self.fetched.values():
+                cluster = session.cluster
+                touched.update([(cluster, topic, partition)
+                                for topic, partition in session.cached])
+            self.fetched = {}
         self.pending |= touched
         return sorted(touched)
 
-    def due(self, models_of, now: int, flush: bool = False) -> list:
+    def due(self, models_of, now: int, flush: bool = False, current=None) -> list:
         """The models whose partition_state goes out now (`models_of(key)`:
-        a partition's model under each policy); `flush`: every pending one."""
+        a partition's model under each policy, as it stands); `flush`: every
+        pending one. `current(m)`: the model brought up to date (its
+        session's pending fetches: engine.current), done only for the
+        models that go out; their membership is the same either way (a
+        fetch left pending moves only its follower's times:
+        SessionDriver.is_steady)."""
         out = []
         for key in sorted(self.pending):
             models = list(models_of(key))
@@ -75,7 +121,7 @@ class StateThrottle(Listener):
                 for k, members in latest.items():
                     self.sent[k] = [now, members]
                     self.sent_changed.add(k)
-                out.extend(models)
+                out.extend(models if current is None else map(current, models))
         return out
 
     def _due(self, key: tuple, members: list, now: int) -> bool:
