@@ -5,6 +5,7 @@ as Kafka's leader does."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections import Counter
@@ -14,12 +15,14 @@ from hypothesis import strategies as st
 from helpers import T0
 from strategies import session_streams
 
+from isr.alerts.listener import AlertListener
 from isr.config import MonitorSettings
 from isr.contract import Rejection, validate
 from isr.contract.fast import STRUCTS
 from isr.contract.policies import POLICIES
 from isr.engine import snapshot
 from isr.engine.local import LocalEngine, tie_rank
+from isr.pipeline.listeners import local_engine
 
 FETCH = STRUCTS["fetch"]
 
@@ -323,3 +326,53 @@ def test_checks_that_visit_only_models_due_output_what_visiting_every_model_does
     """The deadline index changes no output record, nor its batch, nor its
     order: alerts and propagation included, across restarts."""
     assert _batches(events, cuts, True) == _batches(events, cuts, False)
+
+
+# ---------------------------------------------------------------- the time-only fetch
+def _bookkeeping(engine: LocalEngine) -> tuple:
+    """What a fetch's application leaves behind, by value: every model's
+    state and alert watch, the decisions, the changed models (in order),
+    the deadline index's pending touches, the listeners' states."""
+    models = [(p, m.to_list(), m.due_dirty, None if m.watch is None else m.watch.to_list())
+              for p, parts in engine.partitions.items() for m in parts.values()]
+    alerts = engine.listener(AlertListener)
+    return (models, [d.model_dump_json() for d in engine.decisions],
+            [(m.rules.policy, m.key) for m in engine.dirty.values()],
+            [(m.rules.policy, m.key) for m in engine.deadlines.dirty],
+            [l.to_state() for l in engine.listeners],
+            None if alerts is None else [w.to_list() for w in alerts.dirty],
+            dict(engine.ignored))
+
+
+@settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "150")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(session_streams(), st.booleans())
+def test_a_fetch_applied_as_moving_only_times_is_what_apply_fetch_does(events, alerts):
+    """The session catch-up applies most fetches through
+    LocalEngine.apply_times_fetch (PartitionModel.apply_times_fetch). Each
+    one it takes is applied again by the general apply_fetch to a copy of
+    the engine as it stood: both leave the same models, watches, decisions
+    and bookkeeping. One it declines leaves the model as the general path's
+    first step (the settle) would."""
+    monitor = MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000, propagation="zk",
+                              alerts={"enabled": alerts})
+    engine = local_engine(monitor)
+    fast = engine.apply_times_fetch
+    taken = Counter()
+
+    def checked(model, *values):
+        twin, twin_model, twin_values = copy.deepcopy((engine, model, values))
+        twin.dirty = {id(m): m for m in twin.dirty.values()}  # (keyed by identity)
+        took = fast(model, *values)
+        taken[took] += 1
+        if took:
+            assert twin.apply_fetch(twin_model, *twin_values, False) is None
+        elif values[3] <= twin.reached:  # ts
+            twin._settle(twin_model)
+        assert _bookkeeping(engine) == _bookkeeping(twin)
+        return took
+
+    engine.apply_times_fetch = checked
+    for seq, ev in enumerate(events):
+        engine.submit(ev, seq)
+    engine.finish()

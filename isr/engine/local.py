@@ -374,6 +374,34 @@ class LocalEngine:
             hook(model, replica, ts, fetch_ts, result, out)
         return result
 
+    def apply_times_fetch(self, model: PartitionModel, replica: int, leader: int,
+                          leader_epoch: int, ts: int, fetch_ts: int, fetch_offset: int,
+                          leader_leo: int, broker_epoch: int, brokers: Brokers) -> bool:
+        """`apply_fetch(model, ..., catch_up=False)` of a fetch the model
+        takes as plainly moving only times (PartitionModel.apply_times_fetch),
+        without `_prepare`'s general steps: True if applied so (outcome
+        None), False if not (nothing changed that apply_fetch would not do
+        first: it takes the fetch). `_prepare`'s steps, as they fall here:
+        the settle; no check runs (ts <= next_check); no listener's
+        on_advance acts (gated, and ts <= its wake); marked changed."""
+        if ts <= self.reached:
+            self._settle(model)
+        if self._on_advance:
+            w = model.watch
+            if w is None or ts > w.wake or self._ungated_advance:
+                return False
+        if not model.apply_times_fetch(replica, leader, leader_epoch, ts, fetch_ts, fetch_offset,
+                                       leader_leo, broker_epoch, brokers):
+            return False
+        if not model.due_dirty:  # deadlines.touch, inline
+            model.due_dirty = True
+            self.deadlines.dirty.append(model)
+        self.dirty[id(model)] = model
+        out = self.decisions
+        for hook in self._on_fetch:
+            hook(model, replica, ts, fetch_ts, None, out)
+        return True
+
     def _advance(self, model: PartitionModel, until: int, inclusive: bool,
                  brokers: Brokers) -> None:
         """A partition's checks up to `until`, then its listeners' time."""

@@ -266,6 +266,52 @@ class PartitionModel:
             self._recompute_hw(fetch_ts, brokers)
         return None
 
+    def apply_times_fetch(self, replica: int, leader: int, leader_epoch: int, ts: int,
+                          fetch_ts: int, fetch_offset: int, fetch_leader_leo: int,
+                          broker_epoch: int, brokers: Brokers) -> bool:
+        """`apply_fetch` of a fetch that plainly moves only its follower's
+        times, done without its general steps: True if it was one (applied,
+        with apply_fetch's outcome None), False if not (nothing changed:
+        apply_fetch takes it). Plainly one: no check instant lies before it
+        (ts <= next_check) and no leader stall is pending or can be
+        suspected (a gap from the leader's last activity within the stall
+        bound); it is of the current leader and epoch, at the leader's LEO,
+        which the follower is at and has seen in a fetch, in the ISR, with
+        the follower's broker epoch, not stale. apply_fetch then moves only
+        the model's time, the leader's activity and the follower's fetch and
+        caught-up times (and clears a pending fetch_start): no LEO, HW or ISR
+        change. The session catch-up's jumps are mostly such fetches
+        (isr/engine/sessions.py); tests/test_sessions.py compares the two."""
+        if (ts > self.next_check or self.stall_check_at >= 0 or leader != self.leader
+                or leader < 0 or leader_epoch != self.leader_epoch):
+            return False
+        leader_leo = self.leader_leo
+        f = self.followers.get(replica)
+        if (f is None or fetch_offset != leader_leo or fetch_leader_leo != leader_leo
+                or f.leo != leader_leo or f.last_fetch_leader_leo < leader_leo
+                or f.broker_epoch != broker_epoch or replica not in self.isr):
+            return False
+        rules, last = self.rules, self.leader_active_ts
+        if last >= 0 and ts - last > stall_bound_ms(rules):
+            return False  # it may start a stall suspicion (_note_activity)
+        if brokers.states and brokers.is_stale_fetch(replica, broker_epoch):
+            return False
+        # apply_fetch's steps, as they fall for such a fetch
+        if ts > self.ts:
+            self.ts = ts
+        if ts > last:
+            self.leader_active_ts = ts
+        if rules.policy == KAFKA:
+            if fetch_ts > f.last_caught_up_ts:
+                f.last_caught_up_ts = fetch_ts
+        else:
+            f.last_caught_up_ts = caught_up_ts_after_fetch(
+                rules, f, fetch_offset, fetch_leader_leo, fetch_ts, ts)
+        f.last_fetch_ts = fetch_ts
+        f.pending_offset = -1
+        f.pending_ts = 0
+        return True
+
     # ------------------------------------------------------------ the leader's stall
     def _note_leader_activity(self, event) -> bool:
         """The current leader ran at event.ts: after a gap it may be resuming
