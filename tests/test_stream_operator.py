@@ -401,6 +401,22 @@ def test_a_session_anomaly_and_a_late_session_record_are_reported_once_by_the_bu
         "late", 20, json.loads(encode(late)))
 
 
+def _replay(monitor, events) -> tuple:
+    """One engine over all partitions (isr replay) and its decisions, sorted,
+    without the final states."""
+    ref = local_engine(monitor)
+    for seq, ev in enumerate(events):
+        ref.submit(ev, seq)
+    ref.finish()
+    return ref, [json.loads(v) for v in sorted(d.model_dump_json() for d in ref.take_decisions())]
+
+
+def _bucket_decisions(out) -> list:
+    """The decisions among `_bucket_outputs`' records, sorted as above."""
+    return [json.loads(v) for v in sorted(r.value for r in out if r.kind in DECISION_TYPES
+                                          and r.kind not in ("partition_state", "dead_letter"))]
+
+
 def _bucket_outputs(monitor, events, buckets, cuts, batches=None):
     """The Spark job's stages without Spark: each batch packed as one file
     task, every bucket processed and its state saved and restored
@@ -437,16 +453,9 @@ def test_buckets_applying_session_shares_decide_as_one_engine(events, buckets, c
     # which buckets split whatever the input; see docs/streaming.md.)
     monitor = MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000,
                               allowed_lateness_ms=1000)
-    ref = local_engine(monitor)
-    for seq, ev in enumerate(events):
-        ref.submit(ev, seq)
-    ref.finish()
-    expected = sorted(d.model_dump_json() for d in ref.take_decisions())
-
+    ref, expected = _replay(monitor, events)
     out = _bucket_outputs(monitor, events, buckets, cuts)
-    decided = sorted(r.value for r in out if r.kind in DECISION_TYPES
-                     and r.kind not in ("partition_state", "dead_letter"))
-    assert [json.loads(v) for v in decided] == [json.loads(v) for v in expected]
+    assert _bucket_decisions(out) == expected
     assert not of_kind(out, "dead_letter")
     summaries = [json.loads(r.value) for r in out if r.kind == "summary"]
     assert len(summaries) == buckets
