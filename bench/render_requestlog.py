@@ -140,21 +140,31 @@ def line(e: dict, corr: int, served: list, nexts, first: int) -> str:
         when(e["ts"]), json.dumps(desc, separators=(",", ":")))
 
 
-def next_offsets(src: str) -> array:
-    """For every read of every response (in the order `Sessions.reads` gives
-    them), the follower's next fetchOffset of that partition: its offset in
-    the fetcher's next request to the same leader (listed or held), NONE if
-    it left the session or no request came."""
+def _events(src: str):
+    """SRC's events in order, each as (line, event, reads): `reads` is what
+    the leader's logs gave a fetch_session (`Sessions.reads`: served and
+    held partitions), None for other events. Both passes over SRC (the next
+    fetch offsets, then the logs) walk it this one way, so they agree on
+    every read's index."""
     sessions = Sessions()
-    nexts = array("q")
-    waiting: dict = {}  # (leader, replica) -> [(tp, index)] of its last request
     for raw in open(src):
         e = json.loads(raw)
         t = e["type"]
         if t == "append":
             sessions.append(e)
-        elif t == "fetch_session":
-            served, held = sessions.reads(e)
+        yield raw, e, sessions.reads(e) if t == "fetch_session" else None
+
+
+def next_offsets(src: str) -> array:
+    """For every read of every response (in the order `Sessions.reads` gives
+    them), the follower's next fetchOffset of that partition: its offset in
+    the fetcher's next request to the same leader (listed or held), NONE if
+    it left the session or no request came."""
+    nexts = array("q")
+    waiting: dict = {}  # (leader, replica) -> [(tp, index)] of its last request
+    for _raw, e, reads in _events(src):
+        if reads is not None:
+            served, held = reads
             key = (e["leader"], e["replica"])
             for tp, i in waiting.get(key, ()):
                 got = held.get(tp)
@@ -169,25 +179,20 @@ def render(src: str, out: str) -> list:
     """Write DIR's request logs and metadata-events.jsonl; the leaders written."""
     os.makedirs(out, exist_ok=True)
     nexts = next_offsets(src)
-    sessions = Sessions()
     logs: dict = {}
     corr = first = 0
     with open(os.path.join(out, "metadata-events.jsonl"), "w") as meta:
-        for raw in open(src):
-            e = json.loads(raw)
-            t = e["type"]
-            if t == "append":
-                sessions.append(e)
-            elif t == "fetch_session":
+        for raw, e, reads in _events(src):
+            if reads is not None:
                 corr += 1
                 f = logs.get(e["leader"])
                 if f is None:
                     f = logs[e["leader"]] = open(
                         os.path.join(out, "kafka-request-%d.log" % e["leader"]), "w")
-                served, _held = sessions.reads(e)
+                served, _held = reads
                 f.write(line(e, corr, served, nexts, first))
                 first += len(served)
-            elif t in ("leader", "broker", "isr"):
+            elif e["type"] in ("leader", "broker", "isr"):
                 meta.write(raw)
     for f in logs.values():
         f.close()
