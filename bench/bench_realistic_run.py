@@ -60,6 +60,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Optional
 
 import orjson
 
@@ -142,12 +143,17 @@ class Watch(threading.Thread):
     """Polls the job's process tree: CPU seconds (last seen per pid), RSS and
     PSS per kind (driver / jvm / workers), over time."""
 
-    def __init__(self, root: int, period: float = 0.5):
+    def __init__(self, root: int, period: float = 0.5, log: Optional[str] = None):
         super().__init__(daemon=True)
         self.root, self.period = root, period
+        # --rss-log: one JSON line per sample, every process of the job:
+        # [pid, parent, kind, RSS kB, PSS kB, CPU s] (kind: driver, jvm,
+        # daemon = PySpark's worker daemon, worker = a worker it forked)
+        self.log = open(log, "a") if log else None
         self.mine = {root}
         self.cpu: dict[int, float] = {}
         self.kind: dict[int, str] = {}
+        self.engines: set[int] = set()
         self.samples: list[tuple[float, float]] = []   # (time, total CPU s)
         self.peak = {"driver": 0, "jvm": 0, "workers": 0, "sum": 0}
         self.peak_pss = dict(self.peak)
@@ -161,6 +167,8 @@ class Watch(threading.Thread):
             cmd = open(f"/proc/{pid}/cmdline", "rb").read()
         except OSError:
             return "other"
+        if b"isr.stream.engineproc" in cmd:  # a bucket's engine process (engineproc.py)
+            self.engines.add(pid)
         return "jvm" if b"java" in cmd.split(b"\0")[0] else "workers"
 
     @staticmethod
@@ -189,24 +197,39 @@ class Watch(threading.Thread):
         rss = {"driver": 0, "jvm": 0, "workers": 0}
         pss = dict(rss)
         workers = 0
-        for pid in self.mine:
+        procs: list = []
+        for pid in sorted(self.mine):
             if pid not in stats:
                 continue
             self.cpu[pid] = stats[pid][1]
-            # again each time: the launcher script becomes the JVM (exec)
-            kind = self.kind[pid] = self.classify(pid)
+            # again each time: the launcher script becomes the JVM (exec);
+            # a process gone meanwhile keeps the kind it had
+            kind = self.classify(pid)
+            if kind == "other" and pid in self.kind:
+                kind = self.kind[pid]
+            self.kind[pid] = kind
             if kind not in rss:
                 continue
             r, p = self.memory(pid)
             rss[kind] += r
             pss[kind] += p
             workers += kind == "workers" and r > 0
+            if self.log is not None:
+                parent = stats[pid][0]
+                label = kind if kind != "workers" else (
+                    "engine" if pid in self.engines else
+                    "worker" if self.kind.get(parent) == "workers" else "daemon")
+                procs.append([pid, parent, label, r >> 10, p >> 10, stats[pid][1]])
         for peak, now in ((self.peak, rss), (self.peak_pss, pss)):
             for k, v in now.items():
                 peak[k] = max(peak[k], v)
             peak["sum"] = max(peak["sum"], sum(now.values()))
         self.peak_workers = max(self.peak_workers, workers)
         self.samples.append((time.time(), sum(self.cpu.values())))
+        if self.log is not None:
+            self.log.write(orjson.dumps({"t": round(self.samples[-1][0], 2),
+                                         "procs": procs}).decode() + "\n")
+            self.log.flush()
 
     def cpu_at(self, t: float) -> float:
         """Total CPU seconds at wall time t (linear between samples)."""
@@ -404,7 +427,7 @@ def run(args) -> None:
         kafka_cpu0 = kafka_cpu(c)
         t0 = time.time()
         job = start_job(args, settings, run_dir, available_now=True)
-        w = Watch(job.pid)
+        w = Watch(job.pid, args.period, str(run_dir / "rss.jsonl") if args.rss_log else None)
         w.start()
         code = job.wait()
         t_end = time.time()
@@ -593,6 +616,10 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="leave the Kafka cluster running")
     ap.add_argument("--warmup", type=float, default=10)
     ap.add_argument("--drain", type=float, default=20)
+    ap.add_argument("--period", type=float, default=0.5, help="the process poll's period, s")
+    ap.add_argument("--rss-log", action="store_true",
+                    help="write every poll's per-process RSS/PSS/CPU to <run dir>/rss.jsonl "
+                         "(bench/rss_timeline.py summarises it)")
     args = ap.parse_args()
     args.lateness_note = next((s.split("=", 1)[1] for s in args.set
                                if s.startswith("monitor.allowed_lateness_ms=")), "5000")

@@ -338,3 +338,53 @@ def test_a_rebuild_leaves_the_chunks_no_watermark_passes_undecoded():
     statelog._CACHE.clear()
     assert dump(out) == expected
     assert max(deferred) >= 2  # the last batches' chunks, still ahead of the watermark
+
+
+@pytest.mark.parametrize("retry", [False, True])
+def test_the_buckets_engine_process_outputs_as_layout_1(tmp_path, monkeypatch, retry):
+    """The Spark function with ISR_ENGINE_PROCESS (the default): the batch
+    goes to the bucket's engine process (engineproc.py), which keeps the
+    engine between calls. Its outputs are the layout-1 round trip's; a
+    retried batch (its first attempt's row lost) rebuilds from the row."""
+    from isr.stream import engineproc
+    from isr.stream.operator import make_state_function
+
+    monkeypatch.setenv(engineproc.ENV, "1")
+    monkeypatch.setenv(engineproc.IDLE_ENV, "60")
+    log = tmp_path / "cache.log"
+    monkeypatch.setenv("ISR_STATE_CACHE_LOG", str(log))
+    events = event_streams_example()
+    batches = batches_of(events, [len(events) // 3, 2 * len(events) // 3])
+    fn = make_state_function(MONITOR, [0], identity=str(tmp_path))
+    state, out, first = State(), [], 0
+    engineproc.stop((0, 1))
+    try:
+        for values in batches:
+            if retry:
+                before = state.row
+                list(fn((0,), iter(rows(values, first)), state))
+                state.row = before
+            frames = list(fn((0,), iter(rows(values, first)), state))
+            out.append([tuple(r) for f in frames for r in f.itertuples(index=False)])
+            first += len(values)
+    finally:
+        assert engineproc.stop((0, 1))
+    expected = [[tuple(r) for r in b] for b in layout1_run(batches)]
+    assert out == expected
+    kinds = [line.split()[2] for line in log.read_text().splitlines()]
+    assert len({line.split()[0] for line in log.read_text().splitlines()}) == 1  # one process
+    if retry:  # each first attempt hits, each retry finds another version: rebuilt
+        assert kinds == ["miss", "miss", "hit", "miss", "hit", "miss"]
+    else:
+        assert kinds == ["miss", "hit", "hit"]
+
+
+def event_streams_example() -> list:
+    """A small stream with shrinks and expands: the first scenario test's."""
+    from helpers import append, fetch, leader
+    out = [leader(0)]
+    for i in range(1, 40):
+        out.append(append(1000 * i, i))
+        out.append(fetch(1000 * i + 10, 2, i if i < 10 or i > 25 else 9, i))
+        out.append(fetch(1000 * i + 20, 3, i, i))
+    return out

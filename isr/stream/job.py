@@ -45,12 +45,51 @@ def driver_java_options() -> str:
     return " ".join(options)
 
 
-def spark_session(settings: Settings, master: Optional[str] = None, app_name: str = "isr-monitor"):
-    """A session for `isr run` / tests; under spark-submit the existing one is used."""
+# Memory defaults (docs/operations.md, "Memory"); stream.spark_conf overrides each.
+# - The driver JVM's heap: Spark's default 1g fills with garbage (G1 grows
+#   to its maximum before collecting the old generation), while what stays
+#   live after a full GC is ~80 MB at 100 k partitions. A batch's peaks
+#   (the buckets' state rows of tens of MB, the task results: every output
+#   record, the metrics record of every touched partition among them) fit
+#   in 768m at 100 k partitions; at 512m a task result was lost from the
+#   block manager there. Only where this session starts the JVM (`isr run`,
+#   local mode); under spark-submit use its --driver-memory.
+# - RocksDB's memtables and block cache: one budget for every state store
+#   instance of the JVM instead of 64 MB write buffers per instance.
+# - glibc malloc in the Python workers: blocks of 1 MB and more (state
+#   rows, Arrow buffers, packed batches) are mmapped and given back when
+#   freed, instead of the dynamic threshold moving them into the heap, where
+#   their pages stayed (engineproc.py sets it for the engine processes too).
+MEMORY_DEFAULTS = {
+    "spark.driver.memory": "768m",
+    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "128",
+    "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": "1048576",
+}
+
+
+# The driver JVM's glibc malloc: a few arenas instead of 8 per core (each of
+# the JVM's threads that mallocs, RocksDB's and the Arrow/compression
+# buffers, took one: ~290 MB resident in 64 MB arenas at 100 k partitions).
+# Hadoop's YARN containers get MALLOC_ARENA_MAX=4 for the same reason. Set in
+# this process's environment, which the JVM it launches inherits; an
+# existing value is kept.
+MEMORY_ENV = {"MALLOC_ARENA_MAX": "2"}
+
+
+def spark_session(settings: Settings, master: Optional[str] = None, app_name: str = "isr-monitor",
+                  memory_defaults: bool = True):
+    """A session for `isr run` / tests; under spark-submit the existing one is used.
+    `memory_defaults`: MEMORY_DEFAULTS unless stream.spark_conf says otherwise
+    (`isr replay --engine spark` goes without: its bounded batches were
+    measured with Spark's defaults)."""
     from pyspark.sql import SparkSession
 
     # Python workers must run this interpreter (the venv), not the system one.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if memory_defaults:  # read by glibc when the JVM starts (local mode: ours)
+        for key, value in MEMORY_ENV.items():
+            os.environ.setdefault(key, value)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
@@ -75,7 +114,8 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
         jars = kafka_jars()
         if jars:
             builder = builder.config("spark.jars", ",".join(jars))
-    for key, value in settings.stream.spark_conf.items():
+    for key, value in {**(MEMORY_DEFAULTS if memory_defaults else {}),
+                       **settings.stream.spark_conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if os.environ.get("ISR_SPARK_LOG_LEVEL"):  # else spark-log4j2.properties' levels

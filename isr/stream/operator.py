@@ -37,7 +37,7 @@ from isr.engine.summary import model_stats
 from isr.errors import CheckpointError
 from isr.gc_tuning import no_gc_passes_in_call
 from isr.pipeline.listeners import standard_listeners
-from isr.stream import statelog
+from isr.stream import engineproc, statelog
 from isr.stream.packing import END_OF_RUN, PACK_COLUMNS, hold_of, session_home, unpack
 from isr.stream.throttle import StateThrottle
 
@@ -325,39 +325,57 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
         bucket = index_of.get(int(key[0]))
         if bucket is None:
             raise layout_error(f"key {key[0]}", len(labels))
-        rows = _call(_processor(settings_json), (bucket, len(labels)), pdfs, state,
-                     (identity, settings_json))
+        layout = (bucket, len(labels))
+        query = (identity, settings_json)
+        if engineproc.enabled():  # the bucket's engine process runs the call
+            blob, packs, summaries = _inputs(pdfs, state)
+            rows, row = engineproc.call(settings_json, layout, blob, packs, summaries, query)
+            rows = [OutputRecord._make(r) for r in rows]
+            state.update((row,))
+        else:
+            rows = _call(_processor(settings_json), layout, pdfs, state, query)
         if rows:
             yield pd.DataFrame(rows, columns=list(OutputRecord._fields))
 
     return process_bucket
 
 
-def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
-          state, query: tuple = ()) -> list[OutputRecord]:
-    """Restore the bucket (index, buckets), apply the batch's rows, save it
-    (state layout 2, statelog.py; `query` keys the worker's engine cache),
-    without cyclic GC passes meanwhile (gc_tuning.py)."""
-    with no_gc_passes_in_call():
-        return _batch(processor, layout, pdfs, state, query)
-
-
-def _batch(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
-           state, query: tuple) -> list[OutputRecord]:
-    key = (*query, *layout)
-    stored = statelog.load(processor, state.get[0] if state.exists else None, layout, key)
-    bucket = stored.bucket
-    # All chunks of the batch at once: one partition_state per changed
-    # partition per batch, not per chunk.
+def _inputs(pdfs: Iterator, state) -> tuple[Optional[bytes], list, list]:
+    """A bucket call's state row (None: none yet) and the batch's packs and
+    summaries, all chunks of the batch at once: one partition_state per
+    changed partition per batch, not per chunk."""
     packs: list[bytes] = []
     summaries: list[bytes] = []
     for pdf in pdfs:
         packs.extend(pdf["pack"].tolist())
         summaries.extend(pdf["summary"].tolist())
-    rows = processor.process(layout[0], bucket, unpack(packs), hold_of(summaries))
-    state.update((statelog.save(stored, bucket.arrived, key),))
-    bucket.arrived = []
+    return (state.get[0] if state.exists else None), packs, summaries
+
+
+def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
+          state, query: tuple = ()) -> list[OutputRecord]:
+    """Restore the bucket (index, buckets), apply the batch's rows, save it
+    (state layout 2, statelog.py; `query` keys the process's engine cache),
+    in this process."""
+    blob, packs, summaries = _inputs(pdfs, state)
+    rows, row = _call_rows(processor, layout, blob, packs, summaries, query)
+    state.update((row,))
     return rows
+
+
+def _call_rows(processor: BucketProcessor, layout: tuple[int, int], blob: Optional[bytes],
+               packs: list, summaries: list, query: tuple) -> tuple[list[OutputRecord], bytes]:
+    """One bucket call on its state row `blob`: (output rows, the new row),
+    without cyclic GC passes meanwhile (gc_tuning.py). Here or in the
+    bucket's engine process (engineproc.py)."""
+    with no_gc_passes_in_call():
+        key = (*query, *layout)
+        stored = statelog.load(processor, blob, layout, key)
+        bucket = stored.bucket
+        rows = processor.process(layout[0], bucket, unpack(packs), hold_of(summaries))
+        row = statelog.save(stored, bucket.arrived, key)
+        bucket.arrived = []
+        return rows, row
 
 
 _PROCESSORS: dict[str, BucketProcessor] = {}

@@ -216,7 +216,8 @@ def replay_spark(sources: list[str], settings: Settings, spark=None,
             else:
                 paths.append(os.path.abspath(name))
             labels.append(name)
-        spark = spark or spark_session(settings, settings.stream.master, "isr-replay")
+        spark = spark or spark_session(settings, settings.stream.master, "isr-replay",
+                                       memory_defaults=False)
         spark.dataSource.register(LinesDataSource)
         checkpoint = os.path.join(workdir, "checkpoint")
         # The bucket count first: the admission notes each row's bucket (rowindex.py).

@@ -1,0 +1,249 @@
+"""Each bucket's engine in a process of its own, beside the Python workers
+(`ISR_ENGINE_PROCESS`, on by default).
+
+The engine cache (statelog.py) keeps a bucket's engine in the Python
+process that ran its last batch. Spark hands a task to whichever idle
+Python worker comes first (PythonWorkerFactory's idle workers are a FIFO
+queue shared by every Python stage of the batch, the packing stage's tasks
+too), so on `local[2]` the two buckets' tasks swapped workers every other
+batch: about half of the bucket calls missed the cache and rebuilt their
+engine from the state row, and each worker came to hold both buckets'
+engines (2 engines × 2 workers; docs/benchmarks.md, "Memory of `isr run`").
+
+Here the Python worker that runs a bucket's task only hands the batch over:
+one engine process per bucket (per PySpark daemon, i.e. per executor; the
+same bucket of every query of the application) holds the engine and runs
+the call exactly as the worker did (operator._call_rows: statelog.load, the
+processor, statelog.save), over a Unix socket. Whatever worker runs the
+task, the engine it finds is the one that bucket's last batch saved, and
+each bucket's engine is held once. Nothing about exactness changes: the
+state row stays the truth, and the engine process uses its engine only when
+the row's version is the one it saved (statelog.py), so a retried task, a
+task cut off half-way or a restart rebuild from the row as before.
+
+Lifetime: started by the first worker that needs it (a lock file keeps two
+from starting the same one), it lives as long as the process that forked
+the workers (PySpark's daemon; without the daemon, the executor's JVM) and
+ends when that one is gone, on SIGHUP/SIGTERM (the daemon's shutdown sends
+SIGHUP to its process group), or after ENGINE_IDLE_S without a call.
+`ISR_ENGINE_PROCESS=0` runs the buckets inside the Python workers as before.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import Optional
+
+ENV = "ISR_ENGINE_PROCESS"
+IDLE_ENV = "ISR_ENGINE_IDLE_S"
+ENGINE_IDLE_S = 900.0
+START_TIMEOUT_S = 120.0
+_LEN = struct.Struct("<Q")
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1") != "0"
+
+
+def _socket_dir() -> str:
+    path = os.path.join(tempfile.gettempdir(), f"isr-engine-{os.getuid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def address(layout: tuple[int, int], owner: Optional[int] = None) -> str:
+    """The socket of bucket `layout` (index, buckets) of the workers forked
+    by `owner` (default: this worker's parent, PySpark's daemon)."""
+    owner = os.getppid() if owner is None else owner
+    return os.path.join(_socket_dir(), f"{owner}-{layout[0]}-{layout[1]}.sock")
+
+
+# ------------------------------------------------------------------ framing
+def _send(sock: socket.socket, obj) -> None:
+    data = pickle.dumps(obj, protocol=5)
+    sock.sendall(_LEN.pack(len(data)))
+    sock.sendall(data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if not k:
+            raise EOFError("the engine process closed the connection")
+        got += k
+    return buf
+
+
+def _recv(sock: socket.socket):
+    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
+    return pickle.loads(_recv_exact(sock, n))
+
+
+# ------------------------------------------------------------------ the worker's side
+def call(settings_json: str, layout: tuple[int, int], blob: Optional[bytes],
+         packs: list, summaries: list, query: tuple) -> tuple[list, bytes]:
+    """One bucket call in the bucket's engine process: (output rows, the new
+    state row). Raises what the call raised there."""
+    sock = _connect(layout)
+    try:
+        _send(sock, (settings_json, layout, query, blob, packs, summaries))
+        status, *result = _recv(sock)
+    finally:
+        sock.close()
+    if status == "ok":
+        return result[0], result[1]
+    exc, text = result
+    if exc is None:
+        raise RuntimeError(f"the bucket's engine process failed:\n{text}")
+    raise exc
+
+
+def stop(layout: tuple[int, int], owner: Optional[int] = None) -> bool:
+    """End bucket `layout`'s engine process, if one runs (tests)."""
+    s = _try_connect(address(layout, owner))
+    if s is None:
+        return False
+    with s:
+        _send(s, "stop")
+    return True
+
+
+def _try_connect(path: str) -> Optional[socket.socket]:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def _connect(layout: tuple[int, int]) -> socket.socket:
+    path = address(layout)
+    s = _try_connect(path)
+    if s is not None:
+        return s
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker starts it
+        s = _try_connect(path)
+        if s is not None:
+            return s
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", "1048576")  # job.MEMORY_DEFAULTS
+        proc = subprocess.Popen([sys.executable, "-m", "isr.stream.engineproc", path,
+                                 str(os.getppid())],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
+                                close_fds=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            s = _try_connect(path)
+            if s is not None:
+                return s
+            if proc.poll() is not None:
+                raise RuntimeError(f"the bucket's engine process ended at its start "
+                                   f"(exit {proc.returncode}); set {ENV}=0 to run the "
+                                   "buckets in the Python workers")
+            time.sleep(0.05)
+        proc.kill()
+        raise RuntimeError(f"the bucket's engine process did not start in {START_TIMEOUT_S:.0f} s")
+
+
+# ------------------------------------------------------------------ the engine process
+def _handle(request) -> tuple:
+    from isr.stream import operator
+
+    settings_json, layout, query, blob, packs, summaries = request
+    processor = operator._processor(settings_json)
+    try:
+        rows, row = operator._call_rows(processor, tuple(layout), blob, packs, summaries,
+                                        tuple(query))
+        return ("ok", [tuple(r) for r in rows], row)
+    except Exception as exc:  # noqa: BLE001 - handed to the worker, raised there
+        text = traceback.format_exc()
+        try:
+            pickle.dumps(exc)
+            return ("err", exc, text)
+        except Exception:  # noqa: BLE001 - an exception that does not pickle
+            return ("err", None, text)
+
+
+def serve(path: str, owner: int) -> None:
+    # Import what a call needs before accepting one: a worker's first
+    # connect then finds it ready.
+    from isr.stream import operator, statelog  # noqa: F401
+
+    statelog.CACHE_ENTRIES = 1  # this process holds one bucket
+    idle_s = float(os.environ.get(IDLE_ENV, ENGINE_IDLE_S))
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.unlink(path)  # a dead one's (the lock file keeps a live one's)
+    except FileNotFoundError:
+        pass
+    server.bind(path)
+    server.listen(8)
+    server.settimeout(1.0)
+
+    def leave(signum=None, _frame=None) -> None:
+        # the socket; the lock file too once no worker of the owner can come
+        # (the owner is gone, or its shutdown sent SIGHUP)
+        going = signum == signal.SIGHUP or not _alive(owner)
+        for name in (path, *((path + ".lock",) if going else ())):
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+        os._exit(0)
+
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, leave)
+    last = time.monotonic()
+    while True:
+        try:
+            conn, _ = server.accept()
+        except socket.timeout:
+            if not _alive(owner) or time.monotonic() - last > idle_s:
+                leave()
+            continue
+        conn.settimeout(None)
+        try:
+            with conn:
+                request = _recv(conn)
+                if request == "stop":
+                    leave()
+                _send(conn, _handle(request))
+        except (OSError, EOFError):
+            pass  # the worker went away (its task killed): its call is dropped
+        last = time.monotonic()
+        if not _alive(owner):
+            leave()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is gone too
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], int(sys.argv[2]))
