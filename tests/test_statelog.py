@@ -6,6 +6,7 @@ batches, the outputs are those of the layout-1 round trip every batch."""
 
 from __future__ import annotations
 
+import os
 import random
 from collections import OrderedDict
 
@@ -388,3 +389,31 @@ def event_streams_example() -> list:
         out.append(fetch(1000 * i + 10, 2, i if i < 10 or i > 25 else 9, i))
         out.append(fetch(1000 * i + 20, 3, i, i))
     return out
+
+
+def test_an_engine_process_ends_with_the_process_that_forked_the_workers(tmp_path):
+    """A bucket's engine process outlives no executor: when its owner
+    (PySpark's daemon) is gone it leaves within seconds, and takes its
+    socket with it, so a stopped job leaves no process behind."""
+    import subprocess
+    import sys
+    import time
+
+    from isr.stream import engineproc
+
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    path = engineproc.address((0, 1), owner.pid)
+    engine = subprocess.Popen([sys.executable, "-m", "isr.stream.engineproc", path,
+                               str(owner.pid)])
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(path), "the engine process never listened"
+        owner.kill()
+        owner.wait()
+        assert engine.wait(timeout=10) == 0
+        assert not os.path.exists(path)
+    finally:
+        owner.kill()
+        engine.kill()

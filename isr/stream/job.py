@@ -46,14 +46,11 @@ def driver_java_options() -> str:
 
 
 # Memory defaults (docs/operations.md, "Memory"); stream.spark_conf overrides each.
-# - The driver JVM's heap: Spark's default 1g fills with garbage (G1 grows
-#   to its maximum before collecting the old generation), while what stays
-#   live after a full GC is ~80 MB at 100 k partitions. A batch's peaks
-#   (the buckets' state rows of tens of MB, the task results: every output
-#   record, the metrics record of every touched partition among them) fit
-#   in 768m at 100 k partitions; at 512m a task result was lost from the
-#   block manager there. Only where this session starts the JVM (`isr run`,
-#   local mode); under spark-submit use its --driver-memory.
+# - The driver JVM's heap stays at Spark's 1g: it must hold a batch's
+#   peaks (the buckets' state rows, the task results); at 100 k partitions
+#   512m lost a task result and 768m did not, too thin a margin for a
+#   default (docs/operations.md, "Memory"). Give spark.driver.memory in
+#   stream.spark_conf (or spark-submit's --driver-memory) to change it.
 # - RocksDB's memtables and block cache: one budget for every state store
 #   instance of the JVM instead of 64 MB write buffers per instance.
 # - glibc malloc in the Python workers: blocks of 1 MB and more (state
@@ -61,7 +58,6 @@ def driver_java_options() -> str:
 #   freed, instead of the dynamic threshold moving them into the heap, where
 #   their pages stayed (engineproc.py sets it for the engine processes too).
 MEMORY_DEFAULTS = {
-    "spark.driver.memory": "768m",
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
     "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "128",
     "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": "1048576",
