@@ -6,7 +6,9 @@ change's ts, with the change's ISR and HW) and after the event. Between those
 calls nothing changes but time, so the evaluator steps exactly to each
 instant where a condition, a `for` duration or a repeat interval can change
 the outcome. A replay and a stream therefore raise the same alerts at the same
-startsAt, whatever the batching.
+startsAt, whatever the batching. What an alert does within one instant is
+sent once the instant is over, as its state at the end against its state at
+the start (`_step`, `close`: docs/alerts.md, "One instant, one outcome").
 """
 
 from __future__ import annotations
