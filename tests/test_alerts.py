@@ -133,6 +133,7 @@ def test_the_shortcuts_raise_the_same_alerts_as_a_scan_after_every_event(events)
     (evaluator.py): each skip must be one that a scan would agree with."""
     shortcuts, scans = shortcuts_and_scans(events, ["legacy", "kip16", "kafka", "kip501"])
     assert shortcuts == scans
+    assert_lifecycles(shortcuts)
 
 
 @settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "150")), deadline=None,
@@ -144,6 +145,7 @@ def test_the_shortcuts_raise_the_same_alerts_as_a_scan_after_every_event_of_sess
     the reference applies every fetch and scans after each."""
     shortcuts, scans = shortcuts_and_scans(events, ["legacy", "kip16", "kafka", "kip501"])
     assert shortcuts == scans
+    assert_lifecycles(shortcuts)
 
 
 @settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "100")), deadline=None,
@@ -195,13 +197,17 @@ def test_a_broker_event_at_an_unserved_fetchs_crossing_raises_it_before_the_fetc
     # after the broker event fires SlowLeaderFetch, the fetch resolves it.
     # Found by the property test above with 3,000 examples; before the fix
     # the shortcuts skipped the partition at the broker event.
-    events = [leader(0), fetch(0, 2, 0, 0), fetch(0, 3, 0, 0), fetch_start(0, 2, 0, 0),
-              broker(501, 3, "fenced", epoch=5), fetch(501, 2, 0, 0)]
-    shortcuts, scans = shortcuts_and_scans(events, ["kip16"])
-    slow = [[(d.ts - T0, d.status) for d in out
-             if isinstance(d, Alert) and d.labels["alertname"] == "SlowLeaderFetch"]
-            for out in (shortcuts, scans)]
-    assert slow[0] == slow[1] == [(501, "firing"), (501, "resolved")]
+    # Since an alert's transitions within one instant net out (docs/alerts.md,
+    # "One instant, one outcome"), that firing and resolve at 501 ms send
+    # nothing; served 1 ms later, the alert fires at 501 ms.
+    for served, expected in ((501, []), (502, [(501, "firing"), (502, "resolved")])):
+        events = [leader(0), fetch(0, 2, 0, 0), fetch(0, 3, 0, 0), fetch_start(0, 2, 0, 0),
+                  broker(501, 3, "fenced", epoch=5), fetch(served, 2, 0, 0)]
+        shortcuts, scans = shortcuts_and_scans(events, ["kip16"])
+        slow = [[(d.ts - T0, d.status) for d in out
+                 if isinstance(d, Alert) and d.labels["alertname"] == "SlowLeaderFetch"]
+                for out in (shortcuts, scans)]
+        assert slow[0] == slow[1] == expected
 
 
 def test_an_append_that_reaches_a_follower_ahead_of_a_new_leader_ends_its_lag():
@@ -391,3 +397,117 @@ def test_the_docs_table_is_the_catalog():
     table = doc.split("<!-- rules table: python -m isr.contract.catalog -->\n")[1].split(
         "\n<!-- end of rules table -->")[0]
     assert table == markdown_table()
+
+
+
+# ---------------------------------------------------------------- one instant, one outcome
+# An alert's transitions within one event-time instant (one ts) net out
+# (docs/alerts.md, "One instant, one outcome"): its records are decided by
+# its state at the start and at the end of the instant, as a rule evaluation
+# at that instant sees it.
+
+def leader_resume(pause_to: int = 70_000) -> list:
+    """min ISR 2; the leader appends every second and both followers fetch
+    it 1 ms later, until 10 s; then the leader stops (a GC pause) until
+    `pause_to`, where it appends, the followers' fetches that waited (from
+    the old LEO) are served, and they catch up 2 and 3 ms later. At the
+    resume the overdue check removes both followers (a leader stall
+    confirmed by their fetches: docs/rules.md), and their fetches take them
+    back in the same millisecond (the golden leader-gc-pause scenario)."""
+    events = [leader(0, min_insync_replicas=2)]
+    leo = 0
+    for k in range(1, 11):
+        t = k * 1000
+        leo += 10
+        events += [append(t, leo), fetch(t + 1, 2, leo, leo), fetch(t + 1, 3, leo, leo)]
+    old, leo = leo, leo + 10
+    events += [append(pause_to, leo), fetch(pause_to, 2, old, leo), fetch(pause_to, 3, old, leo),
+               fetch(pause_to + 2, 3, leo, leo), fetch(pause_to + 3, 2, leo, leo)]
+    return events
+
+
+def new_epoch_alone() -> list:
+    """min ISR 2, the leader alone in the ISR from 0 (UnderMinIsr,
+    LeaderOnlyIsr firing); at 2 s follower 2's fetch takes it back into the
+    ISR and, in the same ms, a new epoch of the same leader starts with the
+    ISR [1] again."""
+    return [leader(0, isr=[1], min_insync_replicas=2), append(1000, 10),
+            fetch(2000, 2, 10, 10),
+            leader(2000, isr=[1], min_insync_replicas=2, leader_epoch=2, start=10)]
+
+
+def assert_lifecycles(decisions) -> None:
+    """Every alert id once; each alert instance (fingerprint) alternates
+    firing (then its repeats, same startsAt) and resolved (that startsAt)."""
+    alerts = sorted((d for d in decisions if isinstance(d, Alert)), key=lambda d: (d.ts, d.id))
+    ids = [d.id for d in alerts]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    active: dict[str, str] = {}
+    for d in alerts:
+        started = d.id.split("/")[1]
+        if d.status == "firing":
+            assert active.get(d.fingerprint, started) == started, d.id
+            assert d.is_repeat == (d.fingerprint in active), d.id
+            active[d.fingerprint] = started
+        else:
+            assert active.pop(d.fingerprint, None) == started, d.id
+
+
+def test_an_alert_that_fires_and_clears_in_one_instant_sends_nothing_and_fires_once():
+    r = run(leader_resume())
+    assert r.summary() == [(70000, "shrink", [2, 3], [1], 100),
+                           (70000, "expand", [2], [1, 2], 100),
+                           (70000, "expand", [3], [1, 2, 3], 100)]
+    # The append leaves both followers 60 s behind: lagging from 70 s. The
+    # shrink ends it and the expansions start it again in the same ms: one
+    # alert, firing from 70 s to the fetch that catches up (it used to fire
+    # twice with one id, and resolve at 70 s and again at 70.002 s).
+    assert transitions(r, "FollowerLagging", 3) == [(70000, "firing", 70000),
+                                                   (70002, "resolved", 70000)]
+    assert transitions(r, "FollowerLagging", 2) == [(70000, "firing", 70000),
+                                                   (70003, "resolved", 70000)]
+    # ISR [1] and [1, 2] for no time in event time: no alert (the ISR
+    # changes say it; IsrFlapping counts them).
+    for name in ("UnderMinIsr", "LeaderOnlyIsr", "AtMinIsr"):
+        assert transitions(r, name) == [], name
+    assert_lifecycles(r.engine.decisions)
+
+
+def test_an_alert_firing_before_an_instant_where_it_clears_and_holds_again_keeps_firing():
+    r = run(new_epoch_alone())
+    assert r.summary() == [(2000, "expand", [2], [1, 2], 10)]
+    # Firing from 0 and still at the end of 2 s: it goes on, its startsAt
+    # kept (it used to resolve at 2 s and fire again, startsAt 2 s); at min
+    # ISR for no time: nothing.
+    assert transitions(r, "UnderMinIsr") == [(0, "firing", 0)]
+    assert transitions(r, "LeaderOnlyIsr") == [(0, "firing", 0)]
+    assert transitions(r, "AtMinIsr") == []
+    assert_lifecycles(r.engine.decisions)
+
+
+def test_a_repeat_due_in_an_instant_where_the_alert_clears_and_holds_again_is_sent_once():
+    r = run(new_epoch_alone(), alerts=AlertSettings(repeat_interval_ms=1000))
+    assert transitions(r, "UnderMinIsr") == [(0, "firing", 0), (1000, "firing", 0),
+                                            (2000, "firing", 0)]
+    assert_lifecycles(r.engine.decisions)
+
+
+def test_an_instants_alerts_are_the_same_when_a_restart_cuts_the_instant():
+    """The alert state of an instant not over yet is saved with the watch: a
+    restart between two events of one ms decides as one run."""
+    monitor = MonitorSettings(policy=["kafka"])
+    for events, at in ((leader_resume(), 70_000), (new_epoch_alone(), 2000)):
+        whole = local_engine(monitor)
+        whole.apply_in_order(events)
+        whole.finish()
+        assert_lifecycles(whole.decisions)
+        cuts = [i for i, e in enumerate(events) if e.ts == T0 + at]
+        for cut in range(cuts[0], cuts[-1] + 2):
+            first = local_engine(monitor)
+            first.apply_in_order(events[:cut])
+            second = snapshot.restore(monitor, snapshot.snapshot(first),
+                                      listeners=standard_listeners(monitor))
+            second.apply_in_order(events[cut:])
+            second.finish()
+            got = first.decisions + second.decisions
+            assert sorted(got, key=output_order) == sorted(whole.decisions, key=output_order), cut

@@ -592,3 +592,21 @@ def test_a_row_from_when_the_bucket_ran_propagation_hands_its_state_to_the_drive
         start += len(part)
 
     assert sorted(written, key=_by_leader) == sorted(expected, key=_by_leader)
+
+
+def test_buckets_send_an_instants_alerts_once_as_one_engine():
+    """An alert that moves several times within one ms (a leader resuming:
+    docs/alerts.md, "One instant, one outcome") sends what one engine
+    sends, whichever batch cuts the stream around that ms, across the
+    buckets' state round trips."""
+    from test_alerts import leader_resume, new_epoch_alone
+
+    monitor = MonitorSettings(policy=POLICIES, allowed_lateness_ms=1000)
+    for events, at in ((leader_resume(), 70_000), (new_epoch_alone(), 2000)):
+        _ref, expected = _replay(monitor, events)
+        ids = [d["id"] for d in expected if d["type"] == "alert"]
+        assert ids and len(ids) == len(set(ids))
+        near = [i for i, e in enumerate(events) if abs(e.ts - (T0 + at)) <= 1000]
+        for cut in range(near[0], near[-1] + 2):
+            out = _bucket_outputs(monitor, events, 2, [cut])
+            assert _bucket_decisions(out) == expected, cut

@@ -6,7 +6,9 @@ change's ts, with the change's ISR and HW) and after the event. Between those
 calls nothing changes but time, so the evaluator steps exactly to each
 instant where a condition, a `for` duration or a repeat interval can change
 the outcome. A replay and a stream therefore raise the same alerts at the same
-startsAt, whatever the batching.
+startsAt, whatever the batching. What an alert does within one instant is
+sent once the instant is over, as its state at the end against its state at
+the start (`_step`, `close`: docs/alerts.md, "One instant, one outcome").
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ class AlertEvaluator:
         # within it is not slow (after_fetch's first test).
         self.serve_ms = min(cfg.rule("SlowLeaderFetch", t).follower_fetch_process_time_max_ms
                             for t in ("", *cfg.topics))
+        # The watches with an instant not over yet (Watch.held), for the end
+        # of input or a watermark to close (AlertListener.on_time).
+        self.open: dict[Watch, Watch] = {}
 
     def params(self, topic: str) -> RuleParams:
         params = self._params.get(topic)
@@ -393,31 +398,44 @@ class AlertEvaluator:
         return due
 
     def _step(self, w: Watch, view: PartitionView, T: int, out: list) -> None:
+        """The conditions at T, and what they move in the alerts' lifecycle.
+        One instant, one outcome (docs/alerts.md): what an alert does at T
+        is held (`_hold`) and sent when the instant is over (`close`), as
+        its state at the end of T against its state at the start."""
+        if w.held is not None and T > w.open_t:
+            self.close(w, out)
         P = self._params.get(w.topic) or self.params(w.topic)  # params() once per topic
         if w.flaps.times:  # (most watches have seen no ISR change)
             w.flaps.prune(T, P.flap_window_ms)
         holding, due, due_lag = scan(w, view, T, P)
         repeat = self.cfg.repeat_interval_ms
+        alerts = w.alerts
         for key, numbers in holding.items():
-            state = w.alerts.get(key)
+            state = alerts.get(key)
             if state is None:
-                state = w.alerts[key] = [T, -1, -1]
+                h = None if w.held is None else w.held.get(key)
+                if h is not None and h[1] is not None:
+                    # It stopped holding earlier in this instant: it goes on
+                    # as it was (pending since, or firing since, and sent).
+                    state, h[1] = h[1], None
+                    alerts[key] = state
+                else:
+                    state = alerts[key] = [T, -1, -1]
             since, fired, sent = state
             if fired < 0:
                 if T >= since + P.for_ms[key[0]]:
+                    h = self._hold(w, key, state, T)
                     state[1] = state[2] = T
-                    out.append(self._record(w, key, P, "firing", T, T,
-                                            describe(key[0], numbers, P)))
+                    h[3] = describe(key[0], numbers, P)
             elif T >= sent + repeat and w.last_event_ts > sent:
+                h = self._hold(w, key, state, T)
                 state[2] = T
-                out.append(self._record(w, key, P, "firing", fired, T,
-                                        describe(key[0], numbers, P)))
-        if len(w.alerts) > len(holding):
-            for key in [k for k in w.alerts if k not in holding]:
-                _since, fired, _sent = w.alerts.pop(key)
-                if fired >= 0:
-                    out.append(self._record(w, key, P, "resolved", fired, T,
-                                            "the condition no longer holds"))
+                h[3] = describe(key[0], numbers, P)
+        if len(alerts) > len(holding):
+            for key in [k for k in alerts if k not in holding]:
+                state = alerts.pop(key)
+                h = self._hold(w, key, state, T)
+                h[1], h[2] = state, T  # parked
         if w.alerts:  # the earliest `for` or repeat instant, before _next_due's filters
             w.alerts_due_floor = min(since + P.for_ms[name] if fired < 0 else sent + repeat
                                      for (name, _r), (since, fired, sent) in w.alerts.items())
@@ -425,6 +443,45 @@ class AlertEvaluator:
         set_due(w, due, due_lag, P)
         if self.exhaustive:  # forget what lets the next event or instant skip its scan
             w.leader_leo = w.alerts_due_floor = w.wake = w.quiet_to = -1
+
+    def _hold(self, w: Watch, key: tuple[str, int], state: list, T: int) -> list:
+        """Where an alert moves at T (fires, is re-sent, stops holding): its
+        entry in the open instant's `held`, made with a copy of its state at
+        the start of the instant on its first move in it."""
+        held = w.held
+        if held is None:
+            held = w.held = {}
+            w.open_t = T
+            self.open[w] = w
+        h = held.get(key)
+        if h is None:
+            h = held[key] = [state[:], None, -1, None]
+        return h
+
+    def close(self, w: Watch, out: list) -> None:
+        """The end of the instant `w.open_t`: each alert that moved in it
+        sends what its state at the end is against its state at the start
+        (docs/alerts.md, "One instant, one outcome"): firing at the end, not
+        at the start: `firing`; firing at both, re-sent in the instant: the
+        repeat; firing at the start, not at the end: `resolved`; anything
+        else (firing at both ends, or at neither): nothing."""
+        held, w.held, w.open_t = w.held, None, -1
+        self.open.pop(w, None)
+        P = self._params.get(w.topic) or self.params(w.topic)
+        for key, (before, parked, stopped, description) in held.items():
+            was_firing = before[1] >= 0
+            if parked is not None:
+                if was_firing:
+                    out.append(self._record(w, key, P, "resolved", parked[1], stopped,
+                                            "the condition no longer holds"))
+                continue
+            _since, fired, sent = w.alerts[key]
+            if fired < 0:
+                continue
+            if not was_firing:
+                out.append(self._record(w, key, P, "firing", fired, fired, description))
+            elif sent != before[2]:
+                out.append(self._record(w, key, P, "firing", fired, sent, description))
 
     def _record(self, w: Watch, key: tuple[str, int], P: RuleParams, status: str,
                 started: int, T: int, description: str) -> Alert:

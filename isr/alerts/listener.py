@@ -50,6 +50,17 @@ class AlertListener(Listener):
         self.dirty[w] = w
         self.evaluator.advance(w, model, until, inclusive, out)
 
+    def on_time(self, until: int, inclusive: bool, out: list) -> None:
+        """Every partition has reached `until`: no event of an instant before
+        it (or at it, if inclusive: the end of the input) can come, so the
+        instants not over yet end (AlertEvaluator.close)."""
+        evaluator = self.evaluator
+        if evaluator.open:
+            for w in [w for w in evaluator.open
+                      if w.open_t < until or (inclusive and w.open_t == until)]:
+                self.dirty[w] = w
+                evaluator.close(w, out)
+
     def on_change(self, model, change, out: list) -> None:
         w = model.watch or self._watch(model)
         self.dirty[w] = w
@@ -185,12 +196,16 @@ class AlertListener(Listener):
         for row in state:
             w = Watch.from_list(row)
             key = (w.policy, w.cluster, w.topic, w.partition)
-            held = self.watches.get(key)
-            if held is None:
-                self.watches[key] = w
+            kept = self.watches.get(key)
+            if kept is None:
+                kept = self.watches[key] = w
             else:  # updated in place: a model kept in memory holds it (`model.watch`)
                 for name in Watch.__slots__:
-                    setattr(held, name, getattr(w, name))
+                    setattr(kept, name, getattr(w, name))
+            if kept.held is not None:  # an instant not over yet
+                self.evaluator.open[kept] = kept
+            else:
+                self.evaluator.open.pop(kept, None)
 
     def state_delta(self) -> list:
         """The watches changed since the last call; from_state applies them."""

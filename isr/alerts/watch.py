@@ -40,7 +40,7 @@ class Watch:
     __slots__ = ("cluster", "topic", "partition", "policy", "t", "due", "stall",
                  "last_event_ts", "served_ms", "unserved", "reported", "flaps", "alerts",
                  "alerts_due_floor", "leader_leo", "replica_count", "due_lag", "wake",
-                 "lag_floor", "quiet_to")
+                 "lag_floor", "quiet_to", "held", "open_t")
 
     def __init__(self, cluster: str, topic: str, partition: int, policy: str) -> None:
         self.cluster, self.topic, self.partition, self.policy = cluster, topic, partition, policy
@@ -80,6 +80,20 @@ class Watch:
         #   limit no earlier than `due`, if at all (conditions.lag_floor).
         self.wake = self.quiet_to = -1
         self.lag_floor = NEVER
+        # One instant, one outcome (docs/alerts.md): the alerts that moved at
+        # the instant `open_t`, not over yet (None: none), whose records wait
+        # for its end (evaluator.close): (alertname, replica) -> [a copy of
+        # its state at the start of the instant (pending or firing; one made
+        # in the instant is pending), its state if it stopped holding since
+        # (parked: it goes on as it was if it holds again in the instant;
+        # else None), when it stopped, the description of the firing or
+        # repeat it may send]. Only a step
+        # changes an alert's state, so the instant is closed by the first
+        # step at a later instant, or by the watermark or the end of the
+        # input (AlertListener.on_time), whichever comes first: the shortcuts
+        # that skip a step need not know of it.
+        self.held: Optional[dict[tuple[str, int], list]] = None
+        self.open_t = -1
 
     def to_list(self) -> list:
         s = self.stall
@@ -88,7 +102,8 @@ class Watch:
                 sorted(self.served_ms.items()),
                 sorted(self.unserved.items()), self.reported, self.flaps.times,
                 [[name, r, *v] for (name, r), v in sorted(self.alerts.items())],
-                self.due_lag]
+                self.due_lag] + ([] if self.held is None else [[
+                    self.open_t, [[name, r, *h] for (name, r), h in sorted(self.held.items())]]])
 
     @classmethod
     def from_list(cls, values: list) -> "Watch":
@@ -104,4 +119,7 @@ class Watch:
         w.unserved = {r: ts for r, ts in unserved}
         w.reported, w.flaps = reported, FlapWindow(flaps)
         w.alerts = {(name, r): list(v) for name, r, *v in alerts}
+        if len(values) > 16:  # an instant not over yet (a row without it has none)
+            w.open_t, held = values[16]
+            w.held = {(name, r): list(h) for name, r, *h in held}
         return w
