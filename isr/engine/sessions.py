@@ -372,7 +372,9 @@ class SessionDriver:
             order = streams
         elif len(streams) == 2:
             a, b = streams
-            order = (b, a) if _next_order(b) < _next_order(a) else streams
+            sa, sb = a[0], b[0]  # _next_order(b) < _next_order(a), inline
+            order = (b, a) if (sb.log[b[1][1] - sb.base][3]
+                               < sa.log[a[1][1] - sa.base][3]) else streams
         else:
             order = sorted(streams, key=_next_order)
         if instant is not None:
@@ -492,7 +494,8 @@ class SessionDriver:
         moved = False
         if len(steady) == 2:  # the common case: a partition's two followers
             a, b = steady
-            if _next_order(b) < _next_order(a):
+            sa, sb = a[0], b[0]  # _next_order(b) < _next_order(a), inline
+            if sb.log[b[1][1] - sb.base][3] < sa.log[a[1][1] - sa.base][3]:
                 steady = (b, a)
         elif len(steady) > 2:
             steady = sorted(steady, key=_next_order)
