@@ -9,6 +9,7 @@ import copy
 import json
 import os
 from collections import Counter
+from contextlib import contextmanager
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from isr.contract.fast import STRUCTS
 from isr.contract.policies import POLICIES
 from isr.engine import snapshot
 from isr.engine.local import LocalEngine, tie_rank
+from isr.engine.sessions import SessionDriver
 from isr.pipeline.listeners import local_engine
 
 FETCH = STRUCTS["fetch"]
@@ -99,6 +101,37 @@ def _outputs(engine: LocalEngine, decisions: list) -> tuple:
 @settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(session_streams(), st.lists(st.integers(0, 50), max_size=4))
 def test_session_fetches_decide_as_their_expansion_across_batches_and_restarts(events, cuts):
+    _decide_as_expansion(events, cuts)
+
+
+@contextmanager
+def _log_cut(factor: int, slack: int):
+    """Session logs cut at `factor` x cached + `slack` fetches (the
+    SessionDriver's class setting, so restored engines take it too)."""
+    saved = SessionDriver.cut_factor, SessionDriver.cut_slack
+    SessionDriver.cut_factor, SessionDriver.cut_slack = factor, slack
+    try:
+        yield
+    finally:
+        SessionDriver.cut_factor, SessionDriver.cut_slack = saved
+
+
+@settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "150")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(session_streams(), st.lists(st.integers(0, 50), max_size=4), st.integers(0, 1),
+       st.integers(0, 4))
+def test_a_session_log_cut_anywhere_decides_as_the_expansion(events, cuts, factor, slack):
+    """Where a session's log is cut (its partitions caught up, its fetches
+    dropped) changes no decision: cut after every fetch or every few (the
+    streams are too short to reach the default cut), as the expansion
+    decides, and the deadline index's output records, batches and order
+    are as visiting every model's."""
+    with _log_cut(factor, slack):
+        _decide_as_expansion(events, cuts)
+        assert _batches(events, cuts, True) == _batches(events, cuts, False)
+
+
+def _decide_as_expansion(events, cuts) -> None:
     monitor = _monitor()
     ref = Expanding(monitor)
     # in the contract's order of same-ts events (docs/contract.md, "Order of

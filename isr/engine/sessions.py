@@ -68,6 +68,19 @@ class SessionDriver:
     """The engine's side of fetch sessions: the Sessions bookkeeping and the
     catching up of partition models."""
 
+    # A session's log is cut (every partition it caches caught up, its
+    # fetches dropped) once it holds more than cut_factor x cached + cut_slack
+    # fetches. Where it is cut changes no decision (a catch-up is exact at
+    # any moment: tests/test_sessions.py cuts after every fetch); a cut
+    # catches up every quiet partition of the session (a fold and a jump
+    # per follower), so a longer log makes that rarer, for memory (the
+    # log's entries) and, in the Spark job, state-log bytes (a changed
+    # session is written whole). `isr replay` takes a longer one
+    # (pipeline/local.py, REPLAY_LOG_CUT_FACTOR; docs/benchmarks.md, issue 23,
+    # branch `pendmark`).
+    cut_factor = 2
+    cut_slack = 64
+
     def __init__(self, engine) -> None:
         self.engine = engine
         self.sessions = Sessions()
@@ -153,7 +166,7 @@ class SessionDriver:
                     if not m.due_dirty:
                         touch(m)  # a new link: its pending fetches may differ
                     dirty[id(m)] = m
-            if len(session.log) > 2 * len(session.cached) + 64:
+            if len(session.log) > self.cut_factor * len(session.cached) + self.cut_slack:
                 self.catch_up_session(session)
                 session.truncate()
         return first_problem
@@ -359,7 +372,9 @@ class SessionDriver:
             order = streams
         elif len(streams) == 2:
             a, b = streams
-            order = (b, a) if _next_order(b) < _next_order(a) else streams
+            sa, sb = a[0], b[0]  # _next_order(b) < _next_order(a), inline
+            order = (b, a) if (sb.log[b[1][1] - sb.base][3]
+                               < sa.log[a[1][1] - sa.base][3]) else streams
         else:
             order = sorted(streams, key=_next_order)
         if instant is not None:
@@ -479,7 +494,8 @@ class SessionDriver:
         moved = False
         if len(steady) == 2:  # the common case: a partition's two followers
             a, b = steady
-            if _next_order(b) < _next_order(a):
+            sa, sb = a[0], b[0]  # _next_order(b) < _next_order(a), inline
+            if sb.log[b[1][1] - sb.base][3] < sa.log[a[1][1] - sa.base][3]:
                 steady = (b, a)
         elif len(steady) > 2:
             steady = sorted(steady, key=_next_order)

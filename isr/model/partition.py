@@ -30,7 +30,7 @@ from isr.model.rules import (
     lag_ms,
     out_of_sync_from,
 )
-from isr.model.stall import (FOLLOWER_FETCHES, LEADER_ACTIVITY, confirm_by, stall_bound_ms,
+from isr.model.stall import (FOLLOWER_FETCHES, LEADER_ACTIVITY, confirm_by,
                              suspects_stall)
 
 # Outcomes other than "applied" (None). Ignored events are counted; rejected
@@ -292,7 +292,8 @@ class PartitionModel:
                 or f.broker_epoch != broker_epoch or replica not in self.isr):
             return False
         rules, last = self.rules, self.leader_active_ts
-        if last >= 0 and ts - last > stall_bound_ms(rules):
+        # (stall_bound_ms(rules), inline: this runs for most fetches caught up)
+        if last >= 0 and ts - last > rules.replica_lag_time_max_ms:
             return False  # it may start a stall suspicion (_note_activity)
         if brokers.states and brokers.is_stale_fetch(replica, broker_epoch):
             return False
@@ -326,7 +327,8 @@ class PartitionModel:
         """The current leader ran at ts, after its last activity seen."""
         # the cheap part of suspects_stall first: this runs on every event
         last, rules = self.leader_active_ts, self.rules
-        if (last >= 0 and self.stall_check_at < 0 and ts - last > stall_bound_ms(rules)
+        if (last >= 0 and self.stall_check_at < 0
+                and ts - last > rules.replica_lag_time_max_ms  # stall_bound_ms, inline
                 and suspects_stall(rules, last, ts,
                                    [self.followers[r] for r in self.isr if r != self.leader])):
             self.stall_from = last

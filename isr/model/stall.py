@@ -44,7 +44,8 @@ FOLLOWER_FETCHES = frozenset({"fetch", "fetch_start"})
 
 
 def stall_bound_ms(rules: Rules) -> int:
-    """A gap in the leader's activity longer than this can be a stall."""
+    """A gap in the leader's activity longer than this can be a stall.
+    (Inline in PartitionModel._note_activity and apply_times_fetch.)"""
     return rules.replica_lag_time_max_ms
 
 

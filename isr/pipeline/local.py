@@ -31,6 +31,7 @@ from isr.pipeline.listeners import standard_listeners
 from isr.pipeline.results import TOO_LONG, Progress, ReplayResult, ReplayStats, too_long
 
 LINES_PER_DECODE = 4096  # lines decoded together (decode_many)
+REPLAY_LOG_CUT_FACTOR = 4  # SessionDriver.cut_factor for `isr replay` (the default: 2)
 
 
 def _lines(sources: list[str], progress: Optional[Progress],
@@ -110,6 +111,9 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
     whatif = WhatIf(monitor) if with_whatif else None
     listeners = standard_listeners(monitor) + ([whatif] if whatif is not None else [])
     engine = LocalEngine(monitor, listeners=listeners, on_reject=on_reject)
+    # Session logs twice as long before a cut (sessions.py, cut_factor): half
+    # the cuts' catch-ups, for the logs' memory; no state log to write here.
+    engine.session_driver.cut_factor = REPLAY_LOG_CUT_FACTOR
     lines = (merged(sources, progress, max_line_bytes) if merge and len(sources) > 1
              else _lines(sources, progress, max_line_bytes))
     seq = -1  # arrival order: the line's place in the input
