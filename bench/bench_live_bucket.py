@@ -84,6 +84,14 @@ def main() -> None:
                     help="check, each batch, that every pending partition's membership as it "
                          "stands (what StateThrottle.due reads) is the one after catching it up")
     ap.add_argument("--batches", type=int, default=0, help="stop after this many (0: all)")
+    ap.add_argument("--sink", action="store_true",
+                    help="also feed each batch's records (every bucket's) to the driver's "
+                         "Prometheus sink (isr/sinks/prometheus.py Metrics.observe_records, "
+                         "not served) and time it")
+    ap.add_argument("--sink-check", action="store_true",
+                    help="with --sink: an md5 per batch of the sink's series that must be "
+                         "exact every batch (all but the state timestamp and the time since "
+                         "caught up), and of the cluster counts")
     args = ap.parse_args()
     if args.check_membership:
         _check_membership()
@@ -99,10 +107,20 @@ def main() -> None:
     labels = list(range(args.buckets))
     packers = [Packer(labels, monitor.max_future_ms) for _ in parts]
     end_packer = Packer(labels, monitor.max_future_ms)
+    refresh = getattr(settings.metrics, "refresh_interval_ms", None)  # (not in older trees)
     processor = BucketProcessor(monitor, settings.output.state_interval_ms,
-                                settings.metrics.enabled and settings.metrics.per_partition)
+                                settings.metrics.enabled and settings.metrics.per_partition,
+                                *([] if refresh is None else [refresh]))
     states = [FakeState() for _ in labels]
     digest = hashlib.md5()
+    decisions = hashlib.md5()  # every record but partition_metrics
+    sink = None
+    if args.sink or args.sink_check:
+        from isr.sinks.prometheus import Metrics
+        sink = Metrics(settings.metrics)
+    sink_cpu = sink_from = 0.0
+    sent_states = 0
+    exact_digest, counts_digest = hashlib.md5(), hashlib.md5()
     dump = open(args.dump, "wb") if args.dump else None
     # (the default timer, the wall clock: time.process_time as the timer
     # costs a system call per event and inflates the profile ~10x)
@@ -135,6 +153,7 @@ def main() -> None:
                     offsets, None, [False] * len(chunk))):
                 rows_by_bucket[b].append((pack, summary))
         cpus = []
+        batch_records = []
         for b in labels:
             pdf = pd.DataFrame({"pack": [p for p, _s in rows_by_bucket[b]],
                                 "summary": [s for _p, s in rows_by_bucket[b]]})
@@ -148,17 +167,33 @@ def main() -> None:
             cpu = time.process_time() - t
             cpus.append(cpu)
             rows_out += len(out)
+            batch_records.extend(out)
             for r in out:
                 line = orjson.dumps([batch, b, *r]) + b"\n"
                 digest.update(line)
+                if r.kind != "partition_metrics":
+                    decisions.update(line)
+                else:
+                    sent_states += r.value.count('"type":"partition_state"')
                 if dump is not None:
                     dump.write(line)
+        if sink is not None:
+            t = time.process_time()
+            sink.observe_records(batch_records, now=1e9 + batch)
+            c = time.process_time() - t
+            sink_cpu += c
+            if batch >= args.profile_from:
+                sink_from += c
+            if args.sink_check:
+                _sink_digest(sink, batch, exact_digest, counts_digest)
         total_cpu += sum(cpus)
         if batch >= args.profile_from:
             counted_cpu += sum(cpus)
             counted_events += n
         print(f"batch {batch}: {n:,} records, bucket CPU s "
-              + " + ".join(f"{c:.2f}" for c in cpus), flush=True)
+              + " + ".join(f"{c:.2f}" for c in cpus)
+              + (f", sink CPU s {c:.2f}" if sink is not None else "")
+              + f", metrics states so far {sent_states:,}", flush=True)
         batch += 1
         if args.batches and batch >= args.batches:
             break
@@ -168,12 +203,41 @@ def main() -> None:
           f"{counted_cpu:.2f} s for {counted_events:,.0f} records = {per:.1f} us/record; "
           f"cache {statelog.STATS}"
           + (f"; membership checked {CHECKED[0]:,} times" if args.check_membership else ""))
+    print(f"md5 without partition_metrics {decisions.hexdigest()}; partition states sent to "
+          f"the metrics {sent_states:,}"
+          + (f"; sink CPU {sink_cpu:.2f} s in all, {sink_from:.2f} s from batch "
+             f"{args.profile_from}" if sink is not None else "")
+          + (f"; sink exact series md5 {exact_digest.hexdigest()}, counts md5 "
+             f"{counts_digest.hexdigest()}" if args.sink_check else ""))
     if prof is not None:
         stats = pstats.Stats(prof)
         if args.profile_out:
             stats.dump_stats(args.profile_out)
         stats.sort_stats("tottime").print_stats(args.top)
         stats.sort_stats("cumulative").print_stats(args.top)
+
+
+# The sink's series a batch must leave exact (the others move with time).
+TIMES = {"isr_partition_state_timestamp_seconds", "isr_follower_time_since_caught_up_seconds"}
+
+
+def _sink_digest(sink, batch: int, exact, counts) -> None:
+    """Add the sink's series after `batch` to the digests: `counts` the
+    cluster-level counts, `exact` every per-partition and per-follower
+    series but TIMES (sorted, so the order they were set in is no matter)."""
+    from isr.sinks.prometheus import COUNTS
+    rows, crows = [], []
+    for family in sink.registry.collect():
+        if family.name in TIMES:
+            continue
+        for sample in family.samples:
+            if not sample.name.startswith(("isr_partition", "isr_follower")) and \
+                    sample.name not in COUNTS:
+                continue
+            row = (sample.name, tuple(sorted(sample.labels.items())), sample.value)
+            (crows if sample.name in COUNTS else rows).append(row)
+    exact.update(repr((batch, sorted(rows))).encode())
+    counts.update(repr((batch, sorted(crows))).encode())
 
 
 def _check_membership() -> None:

@@ -342,9 +342,19 @@ class MetricsSettings(_Section):
     # A partition whose state has not changed for this long (a deleted
     # partition) loses its per-partition series.
     series_ttl_s: Annotated[float, Field(gt=0)] = 3600.0
+    # A partition whose state did not change (its sessions only fetched it:
+    # no membership, offset or lag news) reaches the per-partition series
+    # once per this much event time, to move its state timestamp; changed
+    # partitions, and those with a follower behind, out of the ISR or not
+    # fetching, every micro-batch (docs/operations.md). 0: every partition a
+    # batch touched, every batch.
+    refresh_interval_ms: Annotated[int, Field(ge=0)] = 30_000
 
     @model_validator(mode="after")
     def _pairs(self):
+        if self.refresh_interval_ms > self.series_ttl_s * 1000:
+            raise ValueError("metrics.refresh_interval_ms must not exceed metrics.series_ttl_s: "
+                             "a quiet partition would lose its series between two refreshes")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("set both metrics.tls_cert_file and metrics.tls_key_file, or neither")
         if (self.basic_auth_username is None) != (self.basic_auth_password_env is None):

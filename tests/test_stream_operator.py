@@ -346,6 +346,73 @@ def test_a_session_fetch_touches_every_partition_it_caches_and_a_late_catch_up_t
     assert touched.take_touched() == []
 
 
+def test_the_metrics_get_changed_and_at_risk_partitions_not_quiet_session_fetches():
+    """metrics.refresh_interval_ms > 0: a batch whose only news for a
+    partition is that its session fetched it (every follower at the leader's
+    LEO, in the ISR, fetching) sends it no state; a partition whose follower
+    fell behind is sent every batch, its time since caught up growing; and
+    the sink's cluster counts and membership, offset and lag series are, after
+    every batch, those of the job that sends every touched partition."""
+    from isr.config import MetricsSettings
+    from isr.sinks.prometheus import Metrics
+
+    quiet = BucketProcessor(MONITOR, partition_metrics=True, metrics_refresh_ms=10**9)
+    every = BucketProcessor(MONITOR, partition_metrics=True)  # refresh 0: as before
+    runs = [(p, p.restore(None), Metrics(MetricsSettings())) for p in (quiet, every)]
+
+    def fetches(start, epoch, listed=None):
+        return [session_event(start + 500 * i, 7, epoch + i, listed if i == 0 and listed else {})
+                for i in range(4)]
+
+    batches = [
+        [leader(0, replicas=[1, 2], isr=[1, 2], partition=q) for q in range(3)]
+        + fetches(100, 0, {q: 0 for q in range(3)}),         # new partitions
+        fetches(2000, 4),                                     # only fetched
+        [append(4100, 10, partition=1)] + fetches(4000, 8),  # 1: its follower stays at 0
+        fetches(6000, 12),                                    # 1 behind, 0 and 2 quiet
+        fetches(8000, 16),
+        # 1 shrinks (30 s behind); the session's fetch after a 32 s gap is
+        # applied at once to each of its partitions (sessions.py), which
+        # moves nothing the metrics show of 0 and 2
+        fetches(40000, 20),
+    ]
+    sent, since, offset = [], [], 0
+    for events in batches:
+        exact = []
+        for p, bucket, sink in runs:
+            out = process(p, bucket, [pack(events, first_offset=offset)])
+            sink.observe_records(out, now=1e9)
+            states = [s for r in out if r.kind == "partition_metrics" for s in json.loads(r.value)]
+            if p is quiet:
+                sent.append([s["partition"] for s in states])
+                since.append([max(0, s["ts"] - f["last_caught_up_ts"]) for s in states
+                              if s["partition"] == 1 for f in s["followers"]])
+            exact.append(sorted(
+                (smp.name, tuple(sorted(smp.labels.items())), smp.value)
+                for fam in sink.registry.collect() for smp in fam.samples
+                if smp.name.startswith(("isr_partition", "isr_follower", "isr_under",
+                                        "isr_at_min", "isr_leader_only", "isr_offline"))
+                and fam.name not in ("isr_partition_state_timestamp_seconds",
+                                     "isr_follower_time_since_caught_up_seconds")))
+        assert exact[0] == exact[1]
+        offset += len(events)
+    assert sent == [[0, 1, 2], [], [1], [1], [1], [1]]
+    assert since[2] < since[3] < since[4] < since[5]
+    counts = {smp.name: smp.value for fam in runs[0][2].registry.collect()
+              for smp in fam.samples if smp.name == "isr_under_replicated_partitions"}
+    assert counts == {"isr_under_replicated_partitions": 1}
+
+
+def test_a_quiet_partition_is_refreshed_once_per_interval_spread_over_the_batches():
+    throttle = StateThrottle(0, 10_000)
+    keys = [("c", "t", q) for q in range(1000)]
+    due = [[k for k in keys if throttle.refresh_due(k, w, w + 1000)]
+           for w in range(0, 10_000, 1000)]
+    assert sorted(k for d in due for k in d) == keys  # each once in 10 s
+    assert all(50 < len(d) < 150 for d in due)  # ~a tenth in each second
+    assert not throttle.refresh_due(keys[0], 5000, 5000)  # the watermark stood still
+
+
 def test_a_fetch_session_is_split_into_one_share_per_bucket_each_with_the_whole_header():
     ev = session_event(100, 7, 3, {p: 10 * p for p in range(12)}, forgotten=[12, 13, 14])
     raw = encode(ev)

@@ -216,15 +216,17 @@ def packed(df, settings: Settings, live: bool):
 def decisions_stream(packed_df, settings: Settings, partition_metrics: bool = False,
                      checkpoint: str = ""):
     """The buckets over packed rows (PACKED_SCHEMA). `partition_metrics`: they
-    also report every touched partition for the metrics
-    (records.PARTITION_METRICS). `checkpoint`: the query's, which keys the
+    also report partitions' states for the metrics (records.PARTITION_METRICS:
+    the changed ones, those whose followers' times grow, the quiet ones once
+    per metrics.refresh_interval_ms). `checkpoint`: the query's, which keys the
     workers' engine cache (statelog.py)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     return packed_df.groupBy("bucket").applyInPandasWithState(
         make_state_function(settings.monitor, bucket_labels(settings.stream.state_buckets),
                             settings.output.state_interval_ms, partition_metrics,
-                            identity=checkpoint),
+                            identity=checkpoint,
+                            metrics_refresh_ms=settings.metrics.refresh_interval_ms),
         SPARK_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
 
 

@@ -100,14 +100,18 @@ class BucketProcessor:
     it can be tested and benchmarked on its own."""
 
     def __init__(self, monitor: MonitorSettings, state_interval_ms: int = 0,
-                 partition_metrics: bool = False) -> None:
+                 partition_metrics: bool = False, metrics_refresh_ms: int = 0) -> None:
         """`state_interval_ms`: output.state_interval_ms (throttle.py);
-        `partition_metrics`: also report every touched partition's state to
-        the metrics each batch, in one record per bucket."""
+        `partition_metrics`: also report partitions' states to the metrics
+        each batch, in one record per bucket: every changed one, every one
+        whose followers' times grow, the quiet ones once per
+        `metrics_refresh_ms` (metrics.refresh_interval_ms; 0: every touched
+        one every batch; StateThrottle.metrics_keys)."""
         self.monitor = monitor
         self.several = len(monitor.policy) > 1
         self.state_interval_ms = state_interval_ms
         self.partition_metrics = partition_metrics
+        self.metrics_refresh_ms = metrics_refresh_ms
 
     def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None,
                 snapshot_blob=None) -> Bucket:
@@ -115,7 +119,7 @@ class BucketProcessor:
         `snapshot_blob`, an engine snapshot without its queue, as bytes or as
         snapshot.fold_log decoded it). `layout`
         (index, buckets) must be the one the state was saved with."""
-        touched = StateThrottle(self.state_interval_ms)
+        touched = StateThrottle(self.state_interval_ms, self.metrics_refresh_ms)
         listeners = standard_listeners(self.monitor, propagation=False) + [touched]
         if blob is None and snapshot_blob is not None:
             try:
@@ -220,10 +224,13 @@ class BucketProcessor:
             models_of = lambda key: self._models(engine, key)  # noqa: E731
             touched = bucket.touched.take_touched()
             if self.partition_metrics and touched:
-                internal.append(OutputRecord(
-                    PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
-                    orjson.dumps([m.state_fields() for key in touched
-                                  for m in models_of(key)]).decode()))
+                keys = bucket.touched.metrics_keys(
+                    touched, lambda key: self._models(engine, key, False), wm)
+                if keys:
+                    internal.append(OutputRecord(
+                        PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
+                        orjson.dumps([m.state_fields() for key in keys
+                                      for m in models_of(key)]).decode()))
             states = [m.state_fields() for m in bucket.touched.due(
                 lambda key: self._models(engine, key, False), wm, flush, engine.current)]
             return self._emit(engine, states, dead, internal)
@@ -311,12 +318,13 @@ def bucket_summary(engine: LocalEngine) -> dict:
 
 def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
                         state_interval_ms: int = 0, partition_metrics: bool = False,
-                        identity: str = ""):
+                        identity: str = "", metrics_refresh_ms: int = 0):
     """The function for applyInPandasWithState, grouped by bucket label
     (the other arguments: BucketProcessor's). `identity`: the query's
     (its checkpoint), so that the workers' engine cache (statelog.py) keeps
     two queries' buckets apart."""
-    settings_json = json.dumps([monitor.model_dump_json(), state_interval_ms, partition_metrics])
+    settings_json = json.dumps([monitor.model_dump_json(), state_interval_ms, partition_metrics,
+                                metrics_refresh_ms])
     index_of = {label: i for i, label in enumerate(labels)}
 
     def process_bucket(key, pdfs: Iterator, state) -> Iterator:
@@ -385,7 +393,8 @@ def _processor(settings_json: str) -> BucketProcessor:
     """One processor per Python worker and configuration (validated once)."""
     p = _PROCESSORS.get(settings_json)
     if p is None:
-        monitor, state_interval_ms, partition_metrics = json.loads(settings_json)
+        monitor, state_interval_ms, partition_metrics, refresh_ms = json.loads(settings_json)
         p = _PROCESSORS[settings_json] = BucketProcessor(
-            MonitorSettings.model_validate_json(monitor), state_interval_ms, partition_metrics)
+            MonitorSettings.model_validate_json(monitor), state_interval_ms, partition_metrics,
+            refresh_ms)
     return p

@@ -11,8 +11,14 @@ one record per partition per interval instead of one per batch. A bounded
 input ends with every partition's state (the operator's end of input), and
 `flush` sends every pending one (the last batch of `--available-now`).
 
-The metrics are fed every touched partition of every batch apart from this
-(operator.py), never from the throttled records.
+The metrics are fed apart from this (operator.py, `metrics_keys`), never
+from the throttled records: every touched partition whose membership or
+offsets (`shown`) differ from what the metrics were last sent, every one
+whose followers are not all quiet (`quiet`: a lag or time since caught up
+that grows), and the other (quiet) touched partitions once per
+`metrics_interval_ms` (metrics.refresh_interval_ms) of watermark each,
+spread over the interval by partition (`refresh_due`). With
+`metrics_interval_ms` 0, every touched partition, every batch.
 
 A partition is touched in a batch when an event, an ISR change, a broker
 event or a fetch at or after the watermark the batch started from (`begin`)
@@ -28,6 +34,7 @@ per event at 100 k partitions (docs/benchmarks.md, issue 23, branch
 
 from __future__ import annotations
 
+import zlib
 from typing import Iterable
 
 from isr.engine.listeners import Listener
@@ -41,11 +48,47 @@ def membership(model) -> list:
     return [list(model.isr), model.leader, model.leader_epoch, under_min, at_min]
 
 
+def quiet(m, sessions: set) -> bool:
+    """Whether partition model `m`, as it stands (its logged session
+    fetches not applied), is quiet for the metrics: led, its HW at the
+    leader's LEO, no leader stall suspected, every assigned replica in the
+    ISR, and every follower at the leader's LEO (lag 0), with no KIP-501
+    fetch pending, and fetching: linked to a session among `sessions` (the
+    serials of those that fetched in the batch). Then what its pending
+    fetches can move is each follower's fetch and caught-up times, which a
+    fetch at the LEO keeps at the fetch's own (its time since caught up
+    stays within a fetch interval), and the model's time. A follower
+    behind, out of the ISR or whose session did not fetch has a lag or time
+    since caught up that grows: not quiet."""
+    leo = m.leader_leo
+    if (m.leader < 0 or leo < 0 or m.hw != leo or m.stall_check_at >= 0
+            or len(m.isr) != len(m.replicas)):
+        return False
+    fed = [link[0] for sid, link in m.sessions.items() if sid in sessions]
+    for r, f in m.followers.items():
+        if (f.leo != leo or f.pending_offset >= 0 or f.last_fetch_leader_leo < leo
+                or r not in fed):
+            return False
+    return True
+
+
+def shown(m, sessions: set) -> tuple:
+    """What the metrics show of model `m` that moves only with its state,
+    not with time (docs/operations.md): leader, epoch, replicas, ISR, HW,
+    leader LEO, min ISR, each follower's LEO, and whether it is `quiet`
+    (last)."""
+    return (m.leader, m.leader_epoch, tuple(m.replicas), tuple(m.isr), m.hw, m.leader_leo,
+            m.min_isr, tuple([(r, f.leo) for r, f in m.followers.items()]), quiet(m, sessions))
+
+
 class StateThrottle(Listener):
     name = "partition_state"
 
-    def __init__(self, interval_ms: int = 0) -> None:
+    def __init__(self, interval_ms: int = 0, metrics_interval_ms: int = 0) -> None:
         self.interval_ms = interval_ms
+        # metrics.refresh_interval_ms: a quiet partition's state goes to the
+        # metrics once per this much watermark (metrics_keys; 0: every batch).
+        self.metrics_interval_ms = metrics_interval_ms
         self.pending: set[tuple] = set()  # (cluster, topic, partition)
         self.touched: set[tuple] = set()  # changed in this batch (for the metrics)
         # (policy, cluster, topic, partition) -> [watermark when sent, membership]
@@ -57,11 +100,20 @@ class StateThrottle(Listener):
         self.since = -(2**63)
         # The sessions that logged a fetch since the last take_touched, by serial.
         self.fetched: dict = {}
+        # Of the last take_touched (for the metrics, metrics_keys): the
+        # serials of the sessions that fetched, the batch's first watermark.
+        self.fetched_sids: set = set()
+        self.began = -(2**63)
+        self._phase: dict[tuple, int] = {}  # a partition's refresh phase (refresh_due)
+        # Per partition, its models' `shown` values as last sent to the
+        # metrics (metrics_keys). Not state: after a restore every partition
+        # a batch touches is sent once.
+        self.shown: dict[tuple, list] = {}
 
     def begin(self, watermark: int) -> None:
         """A batch starts; the watermark stands at `watermark` (every event
         it releases, every check it runs, is at or after it)."""
-        self.since = watermark
+        self.since = self.began = watermark
 
     def on_change(self, model, change, out: list) -> None:
         self.touched.add(model.key)
@@ -94,6 +146,7 @@ class StateThrottle(Listener):
         # Until the next batch begins, a fetch applied is one this batch's
         # views catch up (engine.current): counted here already.
         self.since = 2**63
+        self.fetched_sids = set(self.fetched)
         if self.fetched:  # every partition a session fetched, whether caught up or not
             for session in self.fetched.values():
                 cluster = session.cluster
@@ -102,6 +155,47 @@ class StateThrottle(Listener):
             self.fetched = {}
         self.pending |= touched
         return sorted(touched)
+
+    def metrics_keys(self, touched: list, models_of, now: int) -> list:
+        """Of the partitions the last take_touched gave (`touched`, sorted),
+        those whose state goes to the metrics in this batch, whose watermark
+        is `now` (`models_of(key)`: the partition's models as they stand, not
+        caught up). Those whose `shown` values (membership, offsets, whether
+        `quiet`) differ from the ones last sent; those not `quiet` (a
+        follower's lag or time since caught up grows: shown every batch);
+        the others when `refresh_due`. A model not caught up is one whose
+        pending session fetches move only its followers' times
+        (SessionDriver.is_steady; any other is visited, hence caught up, at
+        every check: deadlines.py), so what `shown` reads is exact as it
+        stands, and the cluster counts and those gauges stay exact without
+        the partitions left out."""
+        if self.metrics_interval_ms <= 0 or not self.fetched_sids:
+            self.shown.clear()  # (every touched one is sent: nothing to compare with)
+            return touched
+        sids, began, last = self.fetched_sids, self.began, self.shown
+        out = []
+        for key in touched:
+            models = list(models_of(key))
+            now_shown = [shown(m, sids) for m in models]
+            if (last.get(key) != now_shown or not all(q for *_, q in now_shown)
+                    or self.refresh_due(key, began, now)):
+                last[key] = now_shown
+                out.append(key)
+        return out
+
+    def refresh_due(self, key: tuple, began: int, now: int) -> bool:
+        """Whether a quiet partition's state is due at the metrics: once per
+        `metrics_interval_ms` of watermark, when the watermark passes (from `began`
+        to `now`) the partition's own instant in the interval (its phase, a
+        crc32 of its key: the same in every worker), so the quiet partitions
+        of a bucket are spread over the batches of an interval."""
+        if now <= began:
+            return False
+        interval = self.metrics_interval_ms
+        phase = self._phase.get(key)
+        if phase is None:
+            phase = self._phase[key] = zlib.crc32(repr(key).encode()) % interval
+        return (now + phase) // interval > (began + phase) // interval
 
     def due(self, models_of, now: int, flush: bool = False, current=None) -> list:
         """The models whose partition_state goes out now (`models_of(key)`:
