@@ -266,3 +266,19 @@ def call_until(call, stop, what: str = "isr-call"):
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` still runs; a zombie (exited, not yet reaped
+    by its parent) does not. For watching an owner or a started node."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # there, someone else's
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

@@ -32,6 +32,7 @@ from typing import Iterable, Optional
 
 from isr.kafka.jars import (JMX_AGENT, JVM_DIR, REPO, ClusterError, java_binary,
                             kafka_version, resolve_jars)
+from isr.signals import pid_alive
 
 LOG4J2 = JVM_DIR / "log4j2.xml"
 TOOLS_LOG4J2 = JVM_DIR / "tools-log4j2.xml"
@@ -212,19 +213,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (our own child not yet reaped) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -372,7 +360,7 @@ class KafkaCluster:
         except (OSError, ValueError):
             return None
         props = str(self.node_dir(node) / "server.properties")
-        return pid if _alive(pid) and props in _cmdline(pid) else None
+        return pid if pid_alive(pid) and props in _cmdline(pid) else None
 
     def running(self) -> list[int]:
         return [n for n in self.nodes if self.pid(n) is not None]

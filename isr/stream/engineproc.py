@@ -44,6 +44,8 @@ import time
 import traceback
 from typing import Optional
 
+from isr.signals import pid_alive
+
 ENV = "ISR_ENGINE_PROCESS"
 IDLE_ENV = "ISR_ENGINE_IDLE_S"
 ENGINE_IDLE_S = 900.0
@@ -199,7 +201,7 @@ def serve(path: str, owner: int) -> None:
     def leave(signum=None, _frame=None) -> None:
         # the socket; the lock file too once no worker of the owner can come
         # (the owner is gone, or its shutdown sent SIGHUP)
-        going = signum == signal.SIGHUP or not _alive(owner)
+        going = signum == signal.SIGHUP or not pid_alive(owner)
         for name in (path, *((path + ".lock",) if going else ())):
             try:
                 os.unlink(name)
@@ -214,7 +216,7 @@ def serve(path: str, owner: int) -> None:
         try:
             conn, _ = server.accept()
         except socket.timeout:
-            if not _alive(owner) or time.monotonic() - last > idle_s:
+            if not pid_alive(owner) or time.monotonic() - last > idle_s:
                 leave()
             continue
         conn.settimeout(None)
@@ -227,22 +229,8 @@ def serve(path: str, owner: int) -> None:
         except (OSError, EOFError):
             pass  # the worker went away (its task killed): its call is dropped
         last = time.monotonic()
-        if not _alive(owner):
+        if not pid_alive(owner):
             leave()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is gone too
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 if __name__ == "__main__":
