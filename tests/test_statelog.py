@@ -342,18 +342,23 @@ def test_a_rebuild_leaves_the_chunks_no_watermark_passes_undecoded():
 
 
 @pytest.mark.parametrize("retry", [False, True])
-def test_the_buckets_engine_process_outputs_as_layout_1(tmp_path, monkeypatch, retry):
+@pytest.mark.parametrize("engine_process", ["1", "0"])
+def test_the_buckets_engine_process_outputs_as_layout_1(tmp_path, monkeypatch, retry,
+                                                        engine_process):
     """The Spark function with ISR_ENGINE_PROCESS (the default): the batch
     goes to the bucket's engine process (engineproc.py), which keeps the
-    engine between calls. Its outputs are the layout-1 round trip's; a
-    retried batch (its first attempt's row lost) rebuilds from the row."""
+    engine between calls; with ISR_ENGINE_PROCESS=0 the worker itself does.
+    Either way the outputs are the layout-1 round trip's, and a retried batch
+    (its first attempt's row lost) rebuilds from the row."""
     from isr.stream import engineproc
     from isr.stream.operator import make_state_function
 
-    monkeypatch.setenv(engineproc.ENV, "1")
+    statelog._CACHE.clear()
+    monkeypatch.setenv(engineproc.ENV, engine_process)
     monkeypatch.setenv(engineproc.IDLE_ENV, "60")
     log = tmp_path / "cache.log"
-    monkeypatch.setenv("ISR_STATE_CACHE_LOG", str(log))
+    monkeypatch.setenv("ISR_STATE_CACHE_LOG", str(log))  # the engine process's
+    monkeypatch.setattr(statelog, "_LOG", str(log))  # this process's (read at import)
     events = event_streams_example()
     batches = batches_of(events, [len(events) // 3, 2 * len(events) // 3])
     fn = make_state_function(MONITOR, [0], identity=str(tmp_path))
@@ -369,7 +374,8 @@ def test_the_buckets_engine_process_outputs_as_layout_1(tmp_path, monkeypatch, r
             out.append([tuple(r) for f in frames for r in f.itertuples(index=False)])
             first += len(values)
     finally:
-        assert engineproc.stop((0, 1))
+        assert engineproc.stop((0, 1)) == (engine_process == "1")
+        statelog._CACHE.clear()
     expected = [[tuple(r) for r in b] for b in layout1_run(batches)]
     assert out == expected
     kinds = [line.split()[2] for line in log.read_text().splitlines()]

@@ -335,13 +335,14 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
             raise layout_error(f"key {key[0]}", len(labels))
         layout = (bucket, len(labels))
         query = (identity, settings_json)
+        blob, packs, summaries = _inputs(pdfs, state)
         if engineproc.enabled():  # the bucket's engine process runs the call
-            blob, packs, summaries = _inputs(pdfs, state)
             rows, row = engineproc.call(settings_json, layout, blob, packs, summaries, query)
             rows = [OutputRecord._make(r) for r in rows]
-            state.update((row,))
         else:
-            rows = _call(_processor(settings_json), layout, pdfs, state, query)
+            rows, row = _call_rows(_processor(settings_json), layout, blob, packs, summaries,
+                                   query)
+        state.update((row,))
         if rows:
             yield pd.DataFrame(rows, columns=list(OutputRecord._fields))
 
@@ -364,7 +365,8 @@ def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
           state, query: tuple = ()) -> list[OutputRecord]:
     """Restore the bucket (index, buckets), apply the batch's rows, save it
     (state layout 2, statelog.py; `query` keys the process's engine cache),
-    in this process."""
+    in this process: process_bucket's path without an engine process, for the
+    benches and tests that call a bucket directly."""
     blob, packs, summaries = _inputs(pdfs, state)
     rows, row = _call_rows(processor, layout, blob, packs, summaries, query)
     state.update((row,))
