@@ -368,15 +368,7 @@ class SessionDriver:
         applies each stream's last pending fetch, in their order; then
         nothing is pending and it returns. True if so (done), False if not
         (nothing applied: the loop takes it)."""
-        if len(streams) == 1:
-            order = streams
-        elif len(streams) == 2:
-            a, b = streams
-            sa, sb = a[0], b[0]  # _next_order(b) < _next_order(a), inline
-            order = (b, a) if (sb.log[b[1][1] - sb.base][3]
-                               < sa.log[a[1][1] - sa.base][3]) else streams
-        else:
-            order = sorted(streams, key=_next_order)
+        order = _by_next_order(streams)
         if instant is not None:
             for st in order:
                 session = st[0]
@@ -492,14 +484,7 @@ class SessionDriver:
         """Move each steady follower to its last pending fetch at or before
         `ts` and before `order`; True if one moved."""
         moved = False
-        if len(steady) == 2:  # the common case: a partition's two followers
-            a, b = steady
-            sa, sb = a[0], b[0]  # _next_order(b) < _next_order(a), inline
-            if sb.log[b[1][1] - sb.base][3] < sa.log[a[1][1] - sa.base][3]:
-                steady = (b, a)
-        elif len(steady) > 2:
-            steady = sorted(steady, key=_next_order)
-        for st in steady:
+        for st in _by_next_order(steady):
             session, link = st[0], st[1]
             j = session.last_at_or_before(link[1], session.end, ts, order)
             if j >= link[1]:
@@ -559,6 +544,18 @@ class SessionDriver:
     def from_list(self, values: list) -> None:
         self.sessions = Sessions.from_list(values)
         self.last = {s.sid: s.log[-1] for s in self.sessions.by_sid.values() if s.log}
+
+
+def _by_next_order(streams):
+    """Streams in the order of their next pending fetch. Two (a partition's
+    followers at RF 3) is the common case, compared without a sort."""
+    if len(streams) == 2:
+        a, b = streams
+        sa, sb = a[0], b[0]
+        if sb.log[b[1][1] - sb.base][3] < sa.log[a[1][1] - sa.base][3]:
+            return (b, a)
+        return streams
+    return sorted(streams, key=_next_order) if len(streams) > 2 else streams
 
 
 def _next_order(st: list) -> int:
