@@ -400,14 +400,21 @@ def event_streams_example() -> list:
 def test_an_engine_process_ends_with_the_process_that_forked_the_workers(tmp_path):
     """A bucket's engine process outlives no executor: when its owner
     (PySpark's daemon) is gone it leaves within seconds, and takes its
-    socket with it, so a stopped job leaves no process behind."""
+    socket with it, so a stopped job leaves no process behind. At its start
+    it sweeps the files that gone owners' engine processes left."""
     import subprocess
     import sys
     import time
 
     from isr.stream import engineproc
 
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stale = [engineproc.address((0, 2), gone.pid) + ".lock", engineproc.address((1, 2), gone.pid)]
+    kept = engineproc.address((1, 2), owner.pid) + ".lock"  # its owner's next worker's
+    for name in (*stale, kept):
+        open(name, "w").close()
     path = engineproc.address((0, 1), owner.pid)
     engine = subprocess.Popen([sys.executable, "-m", "isr.stream.engineproc", path,
                                str(owner.pid)])
@@ -416,6 +423,7 @@ def test_an_engine_process_ends_with_the_process_that_forked_the_workers(tmp_pat
         while not os.path.exists(path) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert os.path.exists(path), "the engine process never listened"
+        assert [os.path.exists(name) for name in (*stale, kept)] == [False, False, True]
         owner.kill()
         owner.wait()
         assert engine.wait(timeout=10) == 0
@@ -423,3 +431,6 @@ def test_an_engine_process_ends_with_the_process_that_forked_the_workers(tmp_pat
     finally:
         owner.kill()
         engine.kill()
+        for name in (*stale, kept):
+            if os.path.exists(name):
+                os.unlink(name)

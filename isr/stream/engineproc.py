@@ -182,6 +182,20 @@ def _handle(request) -> tuple:
             return ("err", None, text)
 
 
+def _sweep(directory: str) -> None:
+    """Remove the sockets and lock files of owners that are gone. An engine
+    process that ended while its owner lived (idle, stopped) leaves its lock
+    file for the owner's next worker, and a SIGKILL leaves its socket: once
+    the owner is gone nobody will use them."""
+    for name in os.listdir(directory):
+        owner = name.split("-", 1)[0]
+        if owner.isdigit() and name.endswith((".sock", ".lock")) and not pid_alive(int(owner)):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass  # another engine process swept it first
+
+
 def serve(path: str, owner: int) -> None:
     # Import what a call needs before accepting one: a worker's first
     # connect then finds it ready.
@@ -189,6 +203,7 @@ def serve(path: str, owner: int) -> None:
 
     statelog.CACHE_ENTRIES = 1  # this process holds one bucket
     idle_s = float(os.environ.get(IDLE_ENV, ENGINE_IDLE_S))
+    _sweep(os.path.dirname(path))
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         os.unlink(path)  # a dead one's (the lock file keeps a live one's)
