@@ -105,22 +105,28 @@ def test_request_logs_tapped_into_kafka_decide_in_isr_run_as_replay(kafka, tmp_p
                 f"stream.checkpoint_location={tmp_path / 'checkpoint'}",
                 f"stream.query_name={name}", f"delivery.state_dir={tmp_path / 'delivery'}",
                 "metrics.enabled=false"]
-    sets = [a for s in settings if s.startswith("monitor.") for a in ("--set", s)]
-    merged = cli("replay", "--merge", *map(str, inputs), "-q", *sets)
-    direct = cli("replay", str(sim), "-q", *sets)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               PYTHONPATH=str(ROOT), ISR_SPARK_LOG_LEVEL="ERROR")
+    job = subprocess.Popen([sys.executable, "-m", "isr.cli", "run", "--available-now",
+                            *[a for s in settings for a in ("--set", s)]],
+                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+    try:  # the replays while the job starts
+        sets = [a for s in settings if s.startswith("monitor.") for a in ("--set", s)]
+        merged = cli("replay", "--merge", *map(str, inputs), "-q", *sets)
+        direct = cli("replay", str(sim), "-q", *sets)
+        _, err = job.communicate(timeout=400)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
     assert merged.returncode == 0 and direct.returncode == 0, merged.stderr + direct.stderr
     watermark = max(json.loads(line)["ts"] for path in inputs for line in open(path)) - LATENESS_MS
     expected = [d for d in changes_of(merged.stdout.splitlines()) if d["ts"] < watermark]
     assert len(expected) == CHANGES, expected  # not vacuous
     # the tap's view decides as the simulator's events
     assert expected == [d for d in changes_of(direct.stdout.splitlines()) if d["ts"] < watermark]
-
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PYTHONPATH=str(ROOT), ISR_SPARK_LOG_LEVEL="ERROR")
-    job = subprocess.run([sys.executable, "-m", "isr.cli", "run", "--available-now",
-                          *[a for s in settings for a in ("--set", s)]],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
-    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.returncode == 0, err[-3000:]
     batches = [p for p in (tmp_path / "checkpoint" / "commits").iterdir() if p.name.isdigit()]
     assert len(batches) >= 2, sorted(p.name for p in batches)
     dead = [v for part in records(kafka, f"{name}.dead") for v in part]
