@@ -38,8 +38,9 @@ leader broker and metadata-events.jsonl; rendered into DIR when missing)
 go through `isr tap request-log LOG --broker N --to kafka://TOPIC`, one
 process per broker (--tap-jobs at a time; CPU seconds of each by os.wait4,
 and of the tap of an empty log, its start-up), each into a topic of its own
-(--tap-topics broker, the default; the metadata events into one more) or
-all into one (--tap-topics one). The job reads every input topic; its
+(--tap-topics broker, the default; the metadata events into one more, or
+with `first` ahead of the first broker's records in its topic) or all into
+one (--tap-topics one). The job reads every input topic; its
 isr_change and alert records are compared with `isr replay --merge` of the
 input topics' records (each partition's, in offset order, as the job reads
 them) and its isr_change records with --replay-out (the original file's
@@ -198,13 +199,14 @@ def tap_into_kafka(args, bootstrap: str, base: str) -> tuple[list[str], list, fl
         print(f"render: {args.file} as request logs into {where} "
               f"({time.process_time() - t:.1f} CPU s)", flush=True)
     logs = broker_logs(str(where))
-    per_broker = args.tap_topics == "broker"
-    meta = f"{base}.meta" if per_broker else f"{base}.in"
+    per_broker = args.tap_topics in ("broker", "first")
+    meta = {"broker": f"{base}.meta", "one": f"{base}.in",
+            "first": f"{base}.b{logs[0][0]}"}[args.tap_topics]
     if per_broker and sum(ends(bootstrap, f"{base}.b{logs[-1][0]}").values()):
         print(f"kafka: the taps wrote {base}.* already (--topic {base})", flush=True)
-        return [meta, *[f"{base}.b{b}" for b, _p in logs]], [], 0.0
+        return list(dict.fromkeys([meta, *[f"{base}.b{b}" for b, _p in logs]])), [], 0.0
     load(bootstrap, meta, str(where / "metadata-events.jsonl"),
-         1 if per_broker else args.input_partitions)
+         1 if args.tap_topics == "broker" else args.input_partitions)
     topic_of = {b: f"{base}.b{b}" if per_broker else meta for b, _p in logs}
     topics = list(dict.fromkeys([meta, *topic_of.values()]))
     ensure_topics({"bootstrap.servers": bootstrap}, topics, args.input_partitions, 1)
@@ -777,9 +779,10 @@ def main() -> None:
                          "--render; rendered here when missing) through `isr tap "
                          "request-log --to kafka://` per broker instead of the file itself; "
                          "compared with `isr replay --merge` of the input topics")
-    ap.add_argument("--tap-topics", choices=("broker", "one"), default="broker",
-                    help="with --from-requestlogs: a topic per broker's tap (and one for the "
-                         "metadata events), or everything in one topic")
+    ap.add_argument("--tap-topics", choices=("broker", "first", "one"), default="broker",
+                    help="with --from-requestlogs: a topic per broker's tap and one for the "
+                         "metadata events (broker), the metadata events ahead of the first "
+                         "broker's tap in its topic (first), or everything in one topic (one)")
     ap.add_argument("--tap-jobs", type=int, default=2, help="taps running at a time")
     ap.add_argument("--max-offsets", type=int, default=100_000,
                     help="input.max_offsets_per_trigger (0: all in one batch)")
