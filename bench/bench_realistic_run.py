@@ -32,6 +32,26 @@ decide something (the leader-resume shrinks of a stall: docs/benchmarks.md,
 "The realistic cluster through `isr run`"); `--input-partitions 1` keeps
 the file's order and the outputs identical.
 
+`--from-requestlogs DIR` (run mode): instead of the file itself, its
+request logs (bench/render_requestlog.py: one kafka-request-<N>.log per
+leader broker and metadata-events.jsonl; rendered into DIR when missing)
+go through `isr tap request-log LOG --broker N --to kafka://TOPIC`, one
+process per broker (--tap-jobs at a time; CPU seconds of each by os.wait4,
+and of the tap of an empty log, its start-up), each into a topic of its own
+(--tap-topics broker, the default; the metadata events into one more, or
+with `first` ahead of the first broker's records in its topic) or all into
+one (--tap-topics one). The job reads every input topic; its
+isr_change and alert records are compared with `isr replay --merge` of the
+input topics' records (each partition's, in offset order, as the job reads
+them) and its isr_change records with --replay-out (the original file's
+replay). docs/tap.md says which layout and source a backfill needs.
+
+    PYTHONPATH=/work/wt/taprun python bench/bench_realistic_run.py run \\
+        /tmp/cheapfetch/real20k/session-20.jsonl --from-requestlogs /tmp/taprun/r20k \\
+        --source python --set monitor.replica_lag_time_max_ms=10000 \\
+        --set monitor.allowed_lateness_ms=2000 --replay-out /tmp/taprun/r20k/direct.out.jsonl \\
+        --port-base 23100 --work /tmp/taprun/run --keep
+
 The cluster outlives one invocation (--keep) so that several runs share it
 and a topic already holding the file is not written again;
 `bench_realistic_run.py stop` stops it.
@@ -136,6 +156,108 @@ def load(bootstrap: str, topic: str, path: str, partitions: int) -> int:
     print(f"kafka: {lines:,} events into {topic} ({partitions} partitions) in "
           f"{time.monotonic() - t:.0f} s", flush=True)
     return lines
+
+
+# ------------------------------------------------------------------ request logs, tapped
+def tap_one(log: str, broker: Optional[int], topic: str, bootstrap: str, cwd: Path,
+            err) -> float:
+    """`isr tap request-log LOG --broker N --to kafka://TOPIC` as an operator
+    runs it (a process of its own); its CPU seconds (os.wait4: the process,
+    start-up included)."""
+    cmd = [PY, "-m", "isr.cli", "tap", "request-log", log, "--broker", str(broker),
+           "--to", f"kafka://{topic}", "--quiet", "--set", f"kafka.bootstrap_servers={bootstrap}"]
+    child = subprocess.Popen(cmd, cwd=cwd, env=dict(os.environ, PYTHONPATH=str(TREE)),
+                             stdout=subprocess.DEVNULL, stderr=err)
+    _pid, status, usage = os.wait4(child.pid, 0)
+    if status:
+        raise SystemExit(f"the tap of {log} exited {status >> 8}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def tap_into_kafka(args, bootstrap: str, base: str) -> tuple[list[str], list, float]:
+    """The rendered request logs of args.from_requestlogs (bench/bench_reqtap.py
+    --render; rendered from args.file here when missing) into the cluster:
+    each broker's log through `isr tap request-log ... --to kafka://TOPIC`,
+    --tap-jobs at a time, and the metadata events the request-log tap does not
+    make (`leader`, `broker`: `isr tap metadata` in a real deployment) with
+    the contract's keys. --tap-topics broker: one topic per broker's tap and
+    one for the metadata; one: all into one topic, the metadata first.
+    Returns the input topics, (broker, log bytes, CPU s) per tap, and the CPU
+    s of the tap of an empty log (its start-up)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from isr.kafka.client import ensure_topics
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    import render_requestlog
+    from bench_reqtap import broker_logs
+
+    where = Path(args.from_requestlogs)
+    if not broker_logs(str(where)):
+        t = time.process_time()
+        render_requestlog.render(args.file, str(where))
+        print(f"render: {args.file} as request logs into {where} "
+              f"({time.process_time() - t:.1f} CPU s)", flush=True)
+    logs = broker_logs(str(where))
+    per_broker = args.tap_topics in ("broker", "first")
+    meta = {"broker": f"{base}.meta", "one": f"{base}.in",
+            "first": f"{base}.b{logs[0][0]}"}[args.tap_topics]
+    if per_broker and sum(ends(bootstrap, f"{base}.b{logs[-1][0]}").values()):
+        print(f"kafka: the taps wrote {base}.* already (--topic {base})", flush=True)
+        return list(dict.fromkeys([meta, *[f"{base}.b{b}" for b, _p in logs]])), [], 0.0
+    load(bootstrap, meta, str(where / "metadata-events.jsonl"),
+         1 if args.tap_topics == "broker" else args.input_partitions)
+    topic_of = {b: f"{base}.b{b}" if per_broker else meta for b, _p in logs}
+    topics = list(dict.fromkeys([meta, *topic_of.values()]))
+    ensure_topics({"bootstrap.servers": bootstrap}, topics, args.input_partitions, 1)
+    cwd = Path(args.work)  # no conf/isr.toml there
+    err = open(cwd / f"{base}.taps.err", "w")
+    (cwd / "empty.log").write_bytes(b"")
+    startup = tap_one(str(cwd / "empty.log"), 0, f"{base}.empty", bootstrap, cwd, err)
+    t = time.monotonic()
+    with ThreadPoolExecutor(args.tap_jobs) as pool:
+        cpu = list(pool.map(lambda bp: tap_one(bp[1], bp[0], topic_of[bp[0]], bootstrap, cwd,
+                                                err), logs))
+    rows = [(b, os.path.getsize(p), c) for (b, p), c in zip(logs, cpu)]
+    total = sum(cpu)
+    worst = max(rows, key=lambda r: r[2])
+    n = sum(sum(ends(bootstrap, t).values()) for t in topics)
+    print(f"taps: {len(logs)} request logs ({sum(r[1] for r in rows):,} bytes) into "
+          f"{len(topics)} topic(s), {n:,} events with the metadata's, in "
+          f"{time.monotonic() - t:.0f} s wall ({args.tap_jobs} at a time); CPU s: {total:.1f} in "
+          f"all, {total - len(logs) * startup:.1f} without the start-ups ({startup:.2f} s each, "
+          f"the tap of an empty log); per broker mean {total / len(logs):.2f}, busiest "
+          f"broker {worst[0]} {worst[2]:.2f} ({worst[1]:,} bytes) = "
+          f"{(worst[2] - startup) / args.seconds:.4f} CPU s per cluster s without its "
+          f"start-up; all taps {(total - len(logs) * startup) / args.seconds:.3f} CPU s per "
+          f"cluster s", flush=True)
+    print("  CPU s per broker's tap: " + ", ".join(f"{b} {c:.2f}" for b, _s, c in rows),
+          flush=True)
+    return topics, rows, startup
+
+
+def dump_inputs(bootstrap: str, topics: list[str], where: Path) -> list[str]:
+    """Each input topic partition's records, in offset order, as a JSON-lines
+    file: what the job reads, for `isr replay --merge`."""
+    from isr.sinks.kafka import read_to_end
+
+    where.mkdir(parents=True, exist_ok=True)
+    files = []
+    for topic in topics:
+        for p in sorted(ends(bootstrap, topic)):
+            path = where / f"{topic}-{p}.jsonl"
+            with open(path, "wb") as f:
+                for m in read_to_end({"bootstrap.servers": bootstrap}, {(topic, p): 0}):
+                    f.write(m.value() + b"\n")
+            files.append(str(path))
+    return files
+
+
+def replay_merged(args, files: list[str], out: Path) -> None:
+    cmd = [PY, "-m", "isr.cli", "replay", "--merge", *files, "-q", "-o", str(out),
+           "--policy", args.policy, *[x for kv in args.set for x in ("--set", kv)]]
+    subprocess.run(cmd, cwd=args.work, env=dict(os.environ, PYTHONPATH=str(TREE)), check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 # ------------------------------------------------------------------ watching
@@ -249,10 +371,11 @@ class Watch(threading.Thread):
 
 
 # ------------------------------------------------------------------ the job
-def job_settings(args, bootstrap: str, topic: str, prefix: str, run_dir: Path,
+def job_settings(args, bootstrap: str, topics, prefix: str, run_dir: Path,
                  latency: bool = False) -> list[str]:
-    s = [f"kafka.bootstrap_servers={bootstrap}", "input.source=kafka",
-         f'input.topics=["{topic}"]',
+    topics = [topics] if isinstance(topics, str) else list(topics)
+    s = [f"kafka.bootstrap_servers={bootstrap}", f"input.source={args.source}",
+         f"input.topics={json.dumps(topics)}",
          f"input.starting_offsets={'latest' if latency else 'earliest'}",
          f'monitor.policy=["{args.policy}"]', "monitor.alerts.enabled=true",
          f"output.changes_topic={prefix}.changes", f"output.state_topic={prefix}.state",
@@ -290,7 +413,11 @@ def batches(checkpoint: Path) -> list[dict]:
     commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     for n in commits:
         text = (checkpoint / "offsets" / str(n)).read_text().strip().splitlines()[-1]
-        offsets = {f"{t}/{p}": o for t, ps in json.loads(text).items() for p, o in ps.items()}
+        read = json.loads(text)
+        if all(isinstance(v, dict) for v in read.values()):  # Spark's: {topic: {partition: o}}
+            offsets = {f"{t}/{p}": o for t, ps in read.items() for p, o in ps.items()}
+        else:  # the Python source's: {"topic/partition": o, "~behind": [...], "~clock": ms}
+            offsets = {k: o for k, o in read.items() if not k.startswith("~")}
         rows = sum(o - (before or {}).get(k, 0) for k, o in offsets.items())
         out.append({"batch": n, "rows": rows,
                     "start": (checkpoint / "offsets" / str(n)).stat().st_mtime,
@@ -370,16 +497,29 @@ def records(bootstrap: str, topic: str) -> list[dict]:
         {"bootstrap.servers": bootstrap}, {(topic, p): 0 for p in parts})]
 
 
-def compare(args, bootstrap: str, prefix: str, path: str, replay_out: str) -> None:
+def newest_ts(paths) -> int:
+    newest = 0
+    for path in [paths] if isinstance(paths, str) else paths:
+        with open(path, "rb") as f:
+            for line in f:
+                newest = max(newest, orjson.loads(line)["ts"])
+    return newest
+
+
+DECISION = ("ts", "cluster", "topic", "partition", "action", "isr_before", "isr_after", "policy")
+
+
+def compare(args, bootstrap: str, prefix: str, newest: int, replay_out: str,
+            label: str = "replay", kinds=("isr_change", "alert")) -> bool:
+    """The job's records of `kinds` against `replay_out`'s below the last
+    watermark (`newest` - the allowed lateness): True when identical. A
+    difference of isr_change records is also told by their decisions alone
+    (ts, partition, action, ISRs, policy: not the reason's numbers)."""
     from isr.config import load_settings
 
     lateness = load_settings(None, args.set).monitor.allowed_lateness_ms
-    newest = 0
-    with open(path, "rb") as f:
-        for line in f:
-            newest = max(newest, orjson.loads(line)["ts"])
     watermark = newest - lateness
-    expected: dict[str, list] = {"isr_change": [], "alert": []}
+    expected: dict[str, list] = {k: [] for k in kinds}
     beyond = 0
     with open(replay_out, "rb") as f:
         for line in f:
@@ -389,22 +529,32 @@ def compare(args, bootstrap: str, prefix: str, path: str, replay_out: str) -> No
                     expected[d["type"]].append(d)
                 else:
                     beyond += 1
-    got = {"isr_change": records(bootstrap, f"{prefix}.changes"),
-           "alert": records(bootstrap, f"{prefix}.alerts")}
+    topic_of = {"isr_change": f"{prefix}.changes", "alert": f"{prefix}.alerts"}
+    got = {kind: records(bootstrap, topic_of[kind]) for kind in kinds}
     dead = records(bootstrap, f"{prefix}.dead")
+    all_same = True
     for kind in expected:
         e = sorted(expected[kind], key=lambda d: d["id"])
         g = sorted(got[kind], key=lambda d: d["id"])
         same = e == g
-        print(f"compare {kind}: job {len(g):,}, replay {len(e):,} below the last watermark "
-              f"({watermark}): {'IDENTICAL' if same else 'DIFFERENT'}", flush=True)
+        all_same &= same
+        print(f"compare {kind} with {label}: job {len(g):,}, {label} {len(e):,} below the last "
+              f"watermark ({watermark}): {'IDENTICAL' if same else 'DIFFERENT'}", flush=True)
         if not same:
             eid, gid = {d["id"] for d in e}, {d["id"] for d in g}
-            print(f"  only replay {len(eid - gid)}, only job {len(gid - eid)}, "
-                  f"e.g. {sorted(eid - gid)[:3]} / {sorted(gid - eid)[:3]}")
-    print(f"compare: {beyond} replay decisions at or past the watermark (not expected); "
+            by_id = {d["id"]: d for d in g}
+            print(f"  only {label} {len(eid - gid)}, only job {len(gid - eid)}, "
+                  f"e.g. {sorted(eid - gid)[:3]} / {sorted(gid - eid)[:3]}; "
+                  f"{sum(by_id[d['id']] != d for d in e if d['id'] in by_id)} of both differ")
+            if kind == "isr_change":
+                key = lambda d: tuple(str(d.get(k)) for k in DECISION)  # noqa: E731
+                same_decisions = sorted(map(key, e)) == sorted(map(key, g))
+                print(f"  as decisions ({', '.join(DECISION)}): "
+                      f"{'identical' if same_decisions else 'DIFFERENT'}")
+    print(f"compare with {label}: {beyond} decisions at or past the watermark (not expected); "
           f"dead letters {len(dead)}"
           + (f" e.g. {[(d.get('reason')) for d in dead[:3]]}" if dead else ""), flush=True)
+    return all_same
 
 
 def mb(b: float) -> str:
@@ -416,8 +566,18 @@ def run(args) -> None:
     bootstrap = c.bootstrap
     path = args.file
     cluster_s = args.seconds
-    topic = args.topic or f"rr.{Path(path).parent.name}.{Path(path).stem}"
-    n = load(bootstrap, topic, path, args.input_partitions)
+    if args.from_requestlogs:
+        base = args.topic or f"tr{uuid.uuid4().hex[:6]}"
+        topic, _rows, _startup = tap_into_kafka(args, bootstrap, base)
+        n = sum(sum(ends(bootstrap, t).values()) for t in topic)
+        inputs = dump_inputs(bootstrap, topic, Path(args.work) / f"{base}.inputs")
+        merged_out = Path(args.work) / f"{base}.replay.out.jsonl"
+        replay_merged(args, inputs, merged_out)
+        print(f"isr replay --merge of the {len(inputs)} input partitions' records: "
+              f"{merged_out}", flush=True)
+    else:
+        topic = args.topic or f"rr.{Path(path).parent.name}.{Path(path).stem}"
+        n = load(bootstrap, topic, path, args.input_partitions)
     for rep in range(args.repeat):
         prefix = f"rr{uuid.uuid4().hex[:6]}"
         run_dir = Path(args.work) / prefix
@@ -474,8 +634,14 @@ def run(args) -> None:
         print(f"  the Kafka cluster (4 JVMs) used {kafka_used:.1f} CPU s meanwhile", flush=True)
         describe_progress(progress_reports(run_dir))
         describe_cache(run_dir)
-        if args.replay_out:
-            compare(args, bootstrap, prefix, path, args.replay_out)
+        if args.from_requestlogs:
+            compare(args, bootstrap, prefix, newest_ts(inputs), str(merged_out),
+                    "replay --merge of the input topics")
+            if args.replay_out:  # the alerts follow the appends, which the tap infers
+                compare(args, bootstrap, prefix, newest_ts(inputs), args.replay_out,
+                        "replay of the original events", kinds=("isr_change",))
+        elif args.replay_out:
+            compare(args, bootstrap, prefix, newest_ts(path), args.replay_out)
     if not args.keep:
         c.stop()
 
@@ -606,6 +772,18 @@ def main() -> None:
                     help="isr replay's output of the file (default: <file>.out.jsonl if present)")
     ap.add_argument("--topic", default=None)
     ap.add_argument("--input-partitions", type=int, default=2)
+    ap.add_argument("--source", choices=("kafka", "python"), default="kafka",
+                    help="input.source: Spark's Kafka source (default) or the Python one")
+    ap.add_argument("--from-requestlogs", metavar="DIR",
+                    help="run mode: the file's request logs in DIR (bench/bench_reqtap.py "
+                         "--render; rendered here when missing) through `isr tap "
+                         "request-log --to kafka://` per broker instead of the file itself; "
+                         "compared with `isr replay --merge` of the input topics")
+    ap.add_argument("--tap-topics", choices=("broker", "first", "one"), default="broker",
+                    help="with --from-requestlogs: a topic per broker's tap and one for the "
+                         "metadata events (broker), the metadata events ahead of the first "
+                         "broker's tap in its topic (first), or everything in one topic (one)")
+    ap.add_argument("--tap-jobs", type=int, default=2, help="taps running at a time")
     ap.add_argument("--max-offsets", type=int, default=100_000,
                     help="input.max_offsets_per_trigger (0: all in one batch)")
     ap.add_argument("--policy", default="kafka")

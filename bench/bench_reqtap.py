@@ -44,16 +44,19 @@ def span_s(events: str) -> float:
     return ((last - first) / 1000) if first is not None else 0.0
 
 
+def broker_logs(out_dir: str) -> list[tuple[int, str]]:
+    """(broker, path) of each rendered kafka-request-<broker>.log, by broker id."""
+    logs = glob.glob(os.path.join(out_dir, "kafka-request-*.log"))
+    return sorted((int(re.search(r"-(\d+)\.log$", p).group(1)), p) for p in logs)
+
+
 def tap_all(out_dir: str) -> list[tuple[int, int, int, int, float]]:
     """(broker, log bytes, lines, events written, CPU s) per broker log."""
     from isr.tap.lines import events_of, read_lines
     from isr.tap.request_log import RequestLogTap
 
     rows = []
-    logs = sorted(glob.glob(os.path.join(out_dir, "kafka-request-*.log")),
-                  key=lambda p: int(re.search(r"-(\d+)\.log$", p).group(1)))
-    for path in logs:
-        broker = int(re.search(r"-(\d+)\.log$", path).group(1))
+    for broker, path in broker_logs(out_dir):
         start = time.process_time()
         tap = RequestLogTap(broker, grain="session")
         written = 0
