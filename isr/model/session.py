@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
+from sys import intern
 from operator import itemgetter
 from typing import Optional
 
@@ -99,7 +100,7 @@ class Session:
     def from_list(cls, values: list) -> "Session":
         sid, cluster, leader, replica, session_id, epoch, cached, log, base = values
         s = cls(sid, cluster, leader, replica, session_id, epoch)
-        s.cached = {(t, p): [e, o] for t, p, e, o in cached}
+        s.cached = {(intern(t), p): [e, o] for t, p, e, o in cached}  # names shared (partition.py)
         s.log = [tuple(e) for e in log]
         s.base = base
         s.end = base + len(s.log)
