@@ -112,7 +112,7 @@ def size_engine(engine: LocalEngine) -> dict[str, int]:
     for s in engine.session_driver.sessions.by_sid.values():
         z.add("sessions: cached dict", s.cached)
         for k, v in s.cached.items():
-            z.add("sessions: cached keys (topic, partition) + [leader_epoch, fetch_offset]",
+            z.add("sessions: cached keys (topic, partition) + (leader_epoch, fetch_offset)",
                   k, *k, v, *v)
         z.add("sessions: logs", s.log, *(x for e in s.log for x in (e, *e)))
     queued = engine.sequencer.queued

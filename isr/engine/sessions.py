@@ -199,7 +199,7 @@ class SessionDriver:
             tp = (p.topic, p.partition)
             if tp not in cached:  # new to the session: keyed by the model's
                 tp = _cache_key(first, tp)  # names, not the event's copies
-            cached[tp] = [p.leader_epoch, p.fetch_offset]
+            cached[tp] = (p.leader_epoch, p.fetch_offset)  # replaced, never changed: a tuple
         listed.append(first)
         if status == "rejected":
             engine.ignored[REJECTED_IN_SESSION] += 1
@@ -279,7 +279,7 @@ class SessionDriver:
                     streams.append([session, link, True])
         if streams is None:
             return  # nothing pending (the common case: a listed or busy partition)
-        # Each stream's [leader_epoch, fetch_offset] its session holds for
+        # Each stream's (leader_epoch, fetch_offset) its session holds for
         # this partition (None: forgotten), looked up once: it does not
         # change while catching up (only a listed fetch or a forget changes it).
         tp = (m.topic, m.partition)
