@@ -22,7 +22,7 @@ from isr.contract.catalog import CATALOG, RULES
 from isr.alerts.conditions import (PARTITION, RuleParams, describe, isr_conditions,
                                    lag_crossing, lag_crossings, lag_floor, next_instant, scan,
                                    stall_crossing, still_lagging)
-from isr.alerts.watch import NEVER, AtChange, PartitionView, Watch
+from isr.alerts.watch import EMPTY, NEVER, AtChange, PartitionView, Watch, own
 from isr.config import AlertSettings
 from isr.contract.decisions import Alert, IsrChange
 
@@ -117,10 +117,10 @@ class AlertEvaluator:
                                  self._quiet_append_alone(w, model, ts, old_leo)):
                 return
         elif kind == "fetch_start":
+            w.unserved = own(w.unserved)
             w.unserved.setdefault(event.replica, ts)
         elif kind == "leader":
-            w.served_ms.clear()
-            w.unserved.clear()
+            w.served_ms = w.unserved = EMPTY
             w.reported = None  # the new epoch's committed ISR is not known yet
             if not w.alerts and self._quiet_leader(w, model, ts):
                 return
@@ -135,13 +135,18 @@ class AlertEvaluator:
         moved = self._note_event(w, model, ts)
         if w.unserved:
             w.unserved.pop(replica, None)
+            if not w.unserved:
+                w.unserved = EMPTY  # (watch.py, EMPTY)
         served = ts - fetch_ts
         params = self._params.get(w.topic) or self.params(w.topic)
         if served > params.slow_ms:
+            w.served_ms = own(w.served_ms)
             w.served_ms[replica] = served  # only slow times are kept
         else:
             if w.served_ms:
                 w.served_ms.pop(replica, None)
+                if not w.served_ms:
+                    w.served_ms = EMPTY
             if not moved and self._quiet_fetch(w, model, replica, ts, params):
                 w.t = ts  # (read only while an alert is active)
                 return
@@ -410,6 +415,8 @@ class AlertEvaluator:
         holding, due, due_lag = scan(w, view, T, P)
         repeat = self.cfg.repeat_interval_ms
         alerts = w.alerts
+        if holding and alerts is EMPTY:
+            alerts = w.alerts = {}  # the watch's own (watch.py, EMPTY)
         for key, numbers in holding.items():
             state = alerts.get(key)
             if state is None:
@@ -436,6 +443,8 @@ class AlertEvaluator:
                 state = alerts.pop(key)
                 h = self._hold(w, key, state, T)
                 h[1], h[2] = state, T  # parked
+            if not alerts:
+                w.alerts = EMPTY
         if w.alerts:  # the earliest `for` or repeat instant, before _next_due's filters
             w.alerts_due_floor = min(since + P.for_ms[name] if fired < 0 else sent + repeat
                                      for (name, _r), (since, fired, sent) in w.alerts.items())

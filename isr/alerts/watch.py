@@ -3,6 +3,7 @@ and the lifecycle of each alert (pending -> firing -> resolved)."""
 
 from __future__ import annotations
 
+from sys import intern
 from typing import Optional, Protocol
 
 from isr.model.follower import Follower
@@ -22,6 +23,49 @@ class PartitionView(Protocol):
 
 
 NEVER = 1 << 62  # an instant after any event's (`wake`, `lag_floor`: none known)
+
+# The empty served_ms / unserved / alerts of every watch that has none (most
+# of them): one read-only mapping instead of three dicts per partition
+# (issue 23: ~190 bytes per partition). Read-only, so a write that forgot to
+# give the watch its own dict first fails loudly instead of changing every
+# watch; the writers (evaluator.py) do, through `own`.
+class _Empty(dict):
+    """A dict that refuses every change; its copies and pickles are EMPTY
+    itself (a watch deep-copied or pickled keeps sharing it)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_args, **_kwargs):
+        raise TypeError("the shared EMPTY mapping: give the watch its own dict first (own)")
+
+    __setitem__ = __delitem__ = setdefault = pop = popitem = clear = update = __ior__ = _refuse
+
+    def __reduce__(self):
+        return (_empty, ())
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, _memo):
+        return self
+
+
+def _empty() -> "_Empty":
+    return EMPTY
+
+
+EMPTY = _Empty()
+
+
+def own(d) -> dict:
+    """`d`, or a dict of the watch's own in place of the shared EMPTY (the
+    caller stores it back)."""
+    return {} if d is EMPTY else d
+
+
+def _mapping(pairs) -> dict:
+    """A restored mapping: EMPTY when there is nothing in it."""
+    return dict(pairs) or EMPTY
 
 
 class AtChange:
@@ -43,7 +87,10 @@ class Watch:
                  "lag_floor", "quiet_to", "held", "open_t")
 
     def __init__(self, cluster: str, topic: str, partition: int, policy: str) -> None:
-        self.cluster, self.topic, self.partition, self.policy = cluster, topic, partition, policy
+        # Interned: a watch restored from a row shares its names with the
+        # other partitions' (as a model's do: isr/model/partition.py).
+        self.cluster, self.topic, self.partition, self.policy = (
+            intern(cluster), intern(topic), partition, intern(policy))
         self.t = -1                  # last instant evaluated
         self.due: Optional[int] = None  # next instant where a condition may flip by itself
         # The follower whose FollowerLagging crossing `due` is (-1: none
@@ -54,13 +101,13 @@ class Watch:
         self.due_lag = -1
         self.stall = HwStall()       # HighWatermarkStalled
         self.last_event_ts = -1      # last partition event (PartitionSilent)
-        self.served_ms: dict[int, int] = {}  # follower -> how long its last fetch took to serve
-        self.unserved: dict[int, int] = {}   # follower -> ts of a fetch_start not yet served
+        self.served_ms: dict[int, int] = EMPTY  # follower -> how long its last fetch took to serve
+        self.unserved: dict[int, int] = EMPTY   # follower -> ts of a fetch_start not yet served
         self.reported: Optional[list[int]] = None  # the cluster's own ISR (`isr` events)
         self.flaps = FlapWindow()            # recent ISR changes (IsrFlapping)
         # (alertname, replica) -> [active since, fired at or -1, last sent]; an
         # alert whose condition holds but has not fired yet (for_ms) is pending.
-        self.alerts: dict[tuple[str, int], list[int]] = {}
+        self.alerts: dict[tuple[str, int], list[int]] = EMPTY
         # No alert's `for` or repeat instant lies before this (set by each step;
         # -1: not known, as after a restore), so most events skip computing them.
         self.alerts_due_floor = -1
@@ -100,7 +147,7 @@ class Watch:
         return [self.cluster, self.topic, self.partition, self.policy, self.t, self.due,
                 s.hw, s.behind, s.since, self.last_event_ts,
                 sorted(self.served_ms.items()),
-                sorted(self.unserved.items()), self.reported, self.flaps.times,
+                sorted(self.unserved.items()), self.reported, list(self.flaps.times),
                 [[name, r, *v] for (name, r), v in sorted(self.alerts.items())],
                 self.due_lag] + ([] if self.held is None else [[
                     self.open_t, [[name, r, *h] for (name, r), h in sorted(self.held.items())]]])
@@ -115,10 +162,10 @@ class Watch:
             w.due_lag = values[15]
         w.stall = HwStall(hw, behind, since)
         w.last_event_ts = last_event_ts
-        w.served_ms = {r: ms for r, ms in served}
-        w.unserved = {r: ts for r, ts in unserved}
+        w.served_ms = _mapping((r, ms) for r, ms in served)
+        w.unserved = _mapping((r, ts) for r, ts in unserved)
         w.reported, w.flaps = reported, FlapWindow(flaps)
-        w.alerts = {(name, r): list(v) for name, r, *v in alerts}
+        w.alerts = _mapping(((name, r), list(v)) for name, r, *v in alerts)
         if len(values) > 16:  # an instant not over yet (a row without it has none)
             w.open_t, held = values[16]
             w.held = {(name, r): list(h) for name, r, *h in held}

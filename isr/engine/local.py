@@ -138,6 +138,7 @@ class LocalEngine:
         self._on_broker_hooks = hooks(self.listeners, "on_broker")
         self._on_time = hooks(self.listeners, "on_time")
         self._on_session_fetch = hooks(self.listeners, "on_session_fetch")
+        self._clear_state_delta = hooks(self.listeners, "clear_state_delta")
         # Fetch sessions (sessions.py): what a listener needs of the fetches
         # catching up may skip.
         self._next_due = hooks(self.listeners, "next_due")
@@ -282,8 +283,9 @@ class LocalEngine:
         for policy, parts in self.partitions.items():
             model = parts.get(key)
             if model is None:
-                model = parts[key] = PartitionModel.first_seen(
+                model = PartitionModel.first_seen(
                     self.rules[policy], event, self.monitor.min_isr_for(event.topic))
+                parts[model.key] = model  # its key of the model's own (interned) names
                 self._register(model)
             result = apply_to(model, event, brokers)
             if first and result is not None:
@@ -491,6 +493,16 @@ class LocalEngine:
         """The models changed since the last call (see `dirty`)."""
         dirty, self.dirty = self.dirty, {}
         return list(dirty.values())
+
+    def forget_changes(self) -> None:
+        """Drop the record of what changed (the models', the sessions', the
+        listeners' that override clear_state_delta cheaply): for a caller
+        that writes no state log (`isr replay`), where it would only grow to
+        hold every model and watch (~100 bytes per partition)."""
+        self.dirty.clear()
+        self.session_driver.dirty.clear()
+        for clear in self._clear_state_delta:
+            clear()
 
     # ------------------------------------------------------------ deadline index
     def _register(self, model: PartitionModel) -> None:

@@ -36,6 +36,7 @@ a built and validated `fetch` event, unless a listener wants the event.
 
 from __future__ import annotations
 
+from sys import intern
 from typing import Any, Callable, Optional
 
 from isr.contract.fast import STRUCTS
@@ -194,7 +195,11 @@ class SessionDriver:
                                    -1 if first is None else first.leader_leo, entry)
             status = engine.apply(fetch).status
         if session is not None:
-            session.cached[(p.topic, p.partition)] = [p.leader_epoch, p.fetch_offset]
+            cached = session.cached
+            tp = (p.topic, p.partition)
+            if tp not in cached:  # new to the session: keyed by the model's
+                tp = _cache_key(first, tp)  # names, not the event's copies
+            cached[tp] = (p.leader_epoch, p.fetch_offset)  # replaced, never changed: a tuple
         listed.append(first)
         if status == "rejected":
             engine.ignored[REJECTED_IN_SESSION] += 1
@@ -274,7 +279,7 @@ class SessionDriver:
                     streams.append([session, link, True])
         if streams is None:
             return  # nothing pending (the common case: a listed or busy partition)
-        # Each stream's [leader_epoch, fetch_offset] its session holds for
+        # Each stream's (leader_epoch, fetch_offset) its session holds for
         # this partition (None: forgotten), looked up once: it does not
         # change while catching up (only a listed fetch or a forget changes it).
         tp = (m.topic, m.partition)
@@ -562,6 +567,15 @@ def _next_order(st: list) -> int:
     """The order of a stream's next pending fetch."""
     session, pos = st[0], st[1][1]
     return session.log[pos - session.base][3]
+
+
+def _cache_key(model, tp: tuple[str, int]) -> tuple[str, int]:
+    """A session's cache key for partition `tp` sharing its model's topic
+    name and partition number (interned: PartitionModel), or the name
+    interned when the model is not known here."""
+    if model is not None:
+        return (model.topic, model.partition)
+    return (intern(tp[0]), tp[1])
 
 
 def _always(_ev) -> bool:

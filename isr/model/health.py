@@ -53,11 +53,16 @@ class FlapWindow:
     __slots__ = ("times",)
 
     def __init__(self, times: list[int] | None = None) -> None:
-        self.times: list[int] = times or []
+        # None yet: the empty tuple, shared (most partitions never change
+        # their ISR; issue 23, memory); a list of its own from the first.
+        self.times: list[int] | tuple = times or ()
 
     def add(self, ts: int, window_ms: int) -> None:
         self.prune(ts, window_ms)
-        self.times.append(ts)
+        if self.times:
+            self.times.append(ts)
+        else:
+            self.times = [ts]
 
     def prune(self, now: int, window_ms: int) -> None:
         times = self.times

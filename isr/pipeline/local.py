@@ -139,6 +139,7 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
                 dead.append(DeadLetter.of(source, offset, raw, outcome.reason, outcome.status))
             else:
                 accepted += 1
+        engine.forget_changes()  # no state log here: what changed need not be kept
     stats.accepted += accepted
     engine.finish()
     decisions = engine.take_decisions()
