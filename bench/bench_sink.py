@@ -13,11 +13,12 @@ Each run is a child process (`--one`) importing `isr` from its tree only
 them (`observe_records(records, now=1e9 + batch)`, so one batch is one
 second for `metrics.series_ttl_s`). Measured: CPU seconds
 (time.process_time) of the first batch with partition states, which
-creates every series, and of the later ones; RSS before and after the first batch; after the last batch
-one scrape (prometheus_client.generate_latest, what /metrics serves): CPU
-and wall seconds, bytes, and the peak RSS it reached. `--tracemalloc`: the
-bytes the sink holds after the first batch instead (traced allocations
-still live; slower, so no times). `--exposition`: after every batch an md5
+creates every series, and of the later ones; RSS before and after the
+first batch; after the last batch one scrape
+(prometheus_client.generate_latest, what /metrics serves): CPU and wall
+seconds, bytes, and the peak RSS it reached. `--tracemalloc`: also the
+bytes the sink holds after the first batch (traced allocations still
+live; the times of such a run are inflated). `--exposition`: after every batch an md5
 of the scrape text with each family's lines sorted (families in their
 order, HELP and TYPE included), and one of the text as served; per batch in
 `--out`. Trees agree when the sorted md5s are equal after every batch.

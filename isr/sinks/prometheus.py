@@ -16,6 +16,8 @@ to its JMX and kafka_exporter counterpart.
   `metrics.per_follower` and `metrics.topics`. A follower that left the
   assignment or became the leader loses its series at once; a partition
   without a state for `metrics.series_ttl_s` (a deleted one) loses all of its.
+  They are kept as one tuple per partition (PartitionSeries), not as Gauge
+  children, and made into samples only when scraped.
 - Counters from `isr_change`, `alert` and `dead_letter` records; the stream's
   health from Spark's progress reports and the buckets' watermark; webhook
   outcomes from the deliverer.
