@@ -92,6 +92,10 @@ def main() -> None:
                     help="with --sink: an md5 per batch of the sink's series that must be "
                          "exact every batch (all but the state timestamp and the time since "
                          "caught up), and of the cluster counts")
+    ap.add_argument("--sink-exposition", action="store_true",
+                    help="with --sink: after every batch an md5 of the sink's whole scrape text "
+                         "(prometheus_client.generate_latest, each family's lines sorted; "
+                         "bench_sink.py sorted_exposition), to compare trees' sinks")
     args = ap.parse_args()
     if args.check_membership:
         _check_membership()
@@ -115,12 +119,13 @@ def main() -> None:
     digest = hashlib.md5()
     decisions = hashlib.md5()  # every record but partition_metrics
     sink = None
-    if args.sink or args.sink_check:
+    if args.sink or args.sink_check or args.sink_exposition:
         from isr.sinks.prometheus import Metrics
         sink = Metrics(settings.metrics)
     sink_cpu = sink_from = 0.0
     sent_states = 0
     exact_digest, counts_digest = hashlib.md5(), hashlib.md5()
+    exposition_digest, shown = hashlib.md5(), ""
     dump = open(args.dump, "wb") if args.dump else None
     # (the default timer, the wall clock: time.process_time as the timer
     # costs a system call per event and inflates the profile ~10x)
@@ -186,6 +191,12 @@ def main() -> None:
                 sink_from += c
             if args.sink_check:
                 _sink_digest(sink, batch, exact_digest, counts_digest)
+            if args.sink_exposition:
+                from bench_sink import sorted_exposition
+                from prometheus_client import generate_latest
+                text = sorted_exposition(generate_latest(sink.registry))
+                exposition_digest.update(text)
+                shown = f", exposition md5 {hashlib.md5(text).hexdigest()[:12]} ({len(text):,} B)"
         total_cpu += sum(cpus)
         if batch >= args.profile_from:
             counted_cpu += sum(cpus)
@@ -193,7 +204,7 @@ def main() -> None:
         print(f"batch {batch}: {n:,} records, bucket CPU s "
               + " + ".join(f"{c:.2f}" for c in cpus)
               + (f", sink CPU s {c:.2f}" if sink is not None else "")
-              + f", metrics states so far {sent_states:,}", flush=True)
+              + f", metrics states so far {sent_states:,}" + shown, flush=True)
         batch += 1
         if args.batches and batch >= args.batches:
             break
@@ -208,7 +219,9 @@ def main() -> None:
           + (f"; sink CPU {sink_cpu:.2f} s in all, {sink_from:.2f} s from batch "
              f"{args.profile_from}" if sink is not None else "")
           + (f"; sink exact series md5 {exact_digest.hexdigest()}, counts md5 "
-             f"{counts_digest.hexdigest()}" if args.sink_check else ""))
+             f"{counts_digest.hexdigest()}" if args.sink_check else "")
+          + (f"; exposition md5, every batch {exposition_digest.hexdigest()}"
+             if args.sink_exposition else ""))
     if prof is not None:
         stats = pstats.Stats(prof)
         if args.profile_out:

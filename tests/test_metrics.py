@@ -209,3 +209,184 @@ def test_closing_the_sink_frees_the_endpoint_port():
     again = Metrics(MetricsSettings(address="127.0.0.1", port=port))
     assert again.serve()
     again.close()
+
+
+# ---------------------------------------------------------------- the series' store
+# Partition states written by hand (the fields of PartitionModel.state_fields
+# the sink reads), so that every value the scrape must show is known here.
+
+def state(partition: int, g: int, *, replicas=(1, 2, 3), isr=None, topic="orders",
+          followers=None) -> dict:
+    """Partition `partition` at generation `g`: HW g, leader LEO g + 1, ts
+    T0 + g, each follower g ms behind and caught up 5 ms before."""
+    isr = list(replicas if isr is None else isr)
+    if followers is None:
+        followers = [{"replica": r, "lag_ms": g, "last_caught_up_ts": T0 + g - 5,
+                      "in_isr": r in isr} for r in replicas[1:]]
+    return {"type": "partition_state", "cluster": "default", "topic": topic,
+            "partition": partition, "ts": T0 + g, "leader": replicas[0], "leader_epoch": 1,
+            "replicas": list(replicas), "isr": isr, "hw": g, "leader_leo": g + 1,
+            "under_replicated": len(isr) < len(replicas), "under_min_isr": len(isr) < 2,
+            "at_min_isr": len(isr) == 2, "min_insync_replicas": 2, "policy": "kafka",
+            "followers": [{"leo": g, "last_fetch_ts": T0 + g, **f} for f in followers],
+            "bootstrap": False}
+
+
+def feed(*states: dict) -> list[OutputRecord]:
+    return [OutputRecord(PARTITION_METRICS, "0", "metrics/0", T0, json.dumps(list(states)))]
+
+
+def series(m: Metrics) -> dict[tuple, float]:
+    """Every per-partition and per-follower sample of one scrape, as served
+    (the text of /metrics, parsed back)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = generate_latest(m.registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            if family.name.startswith(("isr_partition_", "isr_follower_"))
+            for s in family.samples}
+
+
+def expected(partition: int, values: dict, followers: dict) -> dict[tuple, float]:
+    labels = {**P, "partition": str(partition)}
+    out = {(f"isr_partition_{n}", tuple(sorted(labels.items()))): v for n, v in values.items()}
+    for replica, fv in followers.items():
+        fl = tuple(sorted({**labels, "replica": str(replica)}.items()))
+        out.update({(f"isr_follower_{n}", fl): v for n, v in fv.items()})
+    return out
+
+
+def test_the_scrape_shows_each_value_a_state_set_and_no_other_series():
+    m = Metrics(MetricsSettings())
+    never_caught_up = {"replica": 2, "lag_ms": None, "last_caught_up_ts": 0, "in_isr": False}
+    behind = {"replica": 3, "lag_ms": 1500, "last_caught_up_ts": T0 + 6 - 2000, "in_isr": True}
+    m.observe_records(feed(state(0, 6, isr=[1, 3], followers=[never_caught_up, behind]),
+                           state(1, 9, replicas=(4, 5))))
+    p0 = {"in_sync_replicas": 2, "replicas": 3, "leader": 1, "min_insync_replicas": 2,
+          "under_replicated": 1, "under_min_isr": 0, "at_min_isr": 1, "high_watermark": 6,
+          "leader_log_end_offset": 7, "state_timestamp_seconds": (T0 + 6) / 1000}
+    p1 = {**p0, "in_sync_replicas": 2, "replicas": 2, "leader": 4, "under_replicated": 0,
+          "high_watermark": 9, "leader_log_end_offset": 10,
+          "state_timestamp_seconds": (T0 + 9) / 1000}
+    # follower 2 never caught up: no lag and no time since caught up, only in_isr
+    assert series(m) == {
+        **expected(0, p0, {2: {"in_isr": 0},
+                           3: {"lag_seconds": 1.5, "time_since_caught_up_seconds": 2.0,
+                               "in_isr": 1}}),
+        **expected(1, p1, {5: {"lag_seconds": 0.009, "time_since_caught_up_seconds": 0.005,
+                               "in_isr": 1}})}
+    # A later state without a lag keeps the follower's last one (as a Gauge
+    # child that is not set again); partition 1 is not touched.
+    m.observe_records(feed(state(0, 8, followers=[
+        {"replica": 2, "lag_ms": 0, "last_caught_up_ts": T0 + 8, "in_isr": True},
+        {**behind, "lag_ms": None, "in_isr": False}])))
+    got = series(m)
+    f3 = tuple(sorted({**P, "replica": "3"}.items()))
+    assert got[("isr_follower_lag_seconds", f3)] == 1.5
+    assert got[("isr_follower_time_since_caught_up_seconds", f3)] == (8 + 2000 - 6) / 1000
+    assert got[("isr_follower_in_isr", f3)] == 0
+    assert got[("isr_partition_high_watermark", tuple(sorted(P.items())))] == 8
+    assert got[("isr_follower_lag_seconds", tuple(sorted({**P, "replica": "2"}.items())))] == 0
+    assert {k: v for k, v in got.items() if ("partition", "1") in k[1]} == expected(
+        1, p1, {5: {"lag_seconds": 0.009, "time_since_caught_up_seconds": 0.005, "in_isr": 1}})
+
+
+def test_a_follower_leaving_the_assignment_or_leading_is_gone_from_the_scrape():
+    m = Metrics(MetricsSettings())
+    m.observe_records(feed(state(0, 1), state(1, 1)))
+    assert {dict(k[1])["replica"] for k in series(m) if k[0] == "isr_follower_in_isr"} == {
+        "2", "3"}
+    m.observe_records(feed(state(0, 2, replicas=(2, 1, 4))))  # 3 reassigned away, 2 leads
+    got = series(m)
+    followers = sorted((dict(k[1])["partition"], dict(k[1])["replica"]) for k in got
+                       if k[0].startswith("isr_follower_"))
+    assert followers == sorted([("0", "1"), ("0", "4"), ("1", "2"), ("1", "3")] * 3)
+    assert got[("isr_partition_leader", tuple(sorted(P.items())))] == 2
+
+
+def test_a_ttl_expired_partition_leaves_the_scrape_whole_and_comes_back_with_a_state():
+    m = Metrics(MetricsSettings(series_ttl_s=60))
+    m.observe_records(feed(state(0, 1), state(1, 1)), now=1000.0)
+    m.observe_records(feed(state(1, 2)), now=1050.0)
+    before = series(m)
+    m.observe_records([], now=1061.0)  # 0 last seen at 1000
+    got = series(m)
+    assert not [k for k in got if ("partition", "0") in k[1]]
+    assert got == {k: v for k, v in before.items() if ("partition", "1") in k[1]}
+    assert value(m, "isr_partitions", cluster="default", policy="kafka") == 1
+    m.observe_records(feed(state(0, 3)), now=1062.0)
+    assert series(m) == {**got, **expected(0, {"high_watermark": 3}, {})} | {
+        k: v for k, v in series(m).items() if ("partition", "0") in k[1]}
+    assert value(m, "isr_partition_high_watermark", **P) == 3
+    assert value(m, "isr_follower_lag_seconds", **P, replica="3") == 0.003
+
+
+def test_the_switches_and_the_topic_filter_leave_out_those_series_from_the_scrape():
+    states = feed(state(0, 1), state(1, 1, topic="payments"))
+    for settings, shown in [(MetricsSettings(per_follower=False), {"partition"}),
+                            (MetricsSettings(per_partition=False), set()),
+                            (MetricsSettings(topics=["pay.*"]), {"partition", "follower"})]:
+        m = Metrics(settings)
+        m.observe_records(states)
+        got = series(m)
+        assert {k[0].split("_")[1] for k in got} == shown, settings
+        assert all(dict(k[1])["topic"] == "payments" for k in got) or not settings.topics
+        assert value(m, "isr_partitions", cluster="default", policy="kafka") == 2
+
+
+def test_a_scrape_during_batches_never_fails_and_never_shows_a_partition_half_written():
+    """The endpoint's threads scrape while the batch's thread writes. Every
+    generation g of these states sets HW g, LEO g + 1, ts T0 + g, lags g ms
+    and (odd g) moves replica 3 to 4; partitions 20-199 come and go (TTL
+    0.5 s, one batch a second). Each partition in a scrape must be one generation whole."""
+    import sys
+    import threading
+
+    m = Metrics(MetricsSettings(series_ttl_s=0.5, refresh_interval_ms=0))
+    stop, scrapes, errors = threading.Event(), [0], []
+
+    def check(families) -> None:
+        parts: dict[str, dict] = {}
+        for family in families:
+            for s in family.samples:
+                if s.name.startswith(("isr_partition_", "isr_follower_")):
+                    parts.setdefault(s.labels["partition"], {})[
+                        (s.name, s.labels.get("replica"))] = s.value
+        for p, got in parts.items():
+            g = int(got[("isr_partition_high_watermark", None)])
+            replicas = (1, 2, 3) if g % 2 == 0 else (1, 2, 4)
+            want = {("isr_partition_leader_log_end_offset", None): g + 1,
+                    ("isr_partition_state_timestamp_seconds", None): (T0 + g) / 1000,
+                    **{(f"isr_follower_{n}", str(r)): v for r in replicas[1:]
+                       for n, v in (("lag_seconds", g / 1000),
+                                    ("time_since_caught_up_seconds", 0.005), ("in_isr", 1))}}
+            assert {k: got[k] for k in got if k in want or k[1] is not None} == want, (p, g)
+            assert int(p) < 20 or g % 2 == 0, (p, g)  # 20-199 expire in odd generations
+
+    def scrape() -> None:
+        try:
+            while not stop.is_set():
+                check(m.registry.collect())  # the families /metrics formats
+                scrapes[0] += 1
+        except Exception as exc:  # noqa: BLE001 (the test reports it)
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: within a partition's write
+    reader = threading.Thread(target=scrape)
+    try:
+        reader.start()
+        g = 0
+        while scrapes[0] < 300 and g < 20000 and not errors:
+            parts = range(200) if g % 2 == 0 else range(20)
+            replicas = (1, 2, 3) if g % 2 == 0 else (1, 2, 4)
+            m.observe_records(feed(*(state(p, g, replicas=replicas) for p in parts)), now=g)
+            g += 1
+    finally:
+        stop.set()
+        reader.join()
+        sys.setswitchinterval(interval)
+    assert not errors, errors[0]
+    assert scrapes[0] >= 300 and g > 20  # scrapes and batches did overlap

@@ -16,6 +16,8 @@ to its JMX and kafka_exporter counterpart.
   `metrics.per_follower` and `metrics.topics`. A follower that left the
   assignment or became the leader loses its series at once; a partition
   without a state for `metrics.series_ttl_s` (a deleted one) loses all of its.
+  They are kept as one tuple per partition (PartitionSeries), not as Gauge
+  children, and made into samples only when scraped.
 - Counters from `isr_change`, `alert` and `dead_letter` records; the stream's
   health from Spark's progress reports and the buckets' watermark; webhook
   outcomes from the deliverer.
@@ -36,6 +38,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily
 from socketserver import ThreadingMixIn
 
 from isr.config import MetricsSettings
@@ -65,6 +68,89 @@ COUNTS = {
         "Partitions without a leader (Kafka: OfflinePartitionsCount).", 4),
 }
 
+# Per-partition gauges (name, help), in the order of a partition's values
+# (Metrics._state), then the per-follower ones, in the order of a follower's.
+PARTITION_GAUGES = (
+    ("isr_partition_in_sync_replicas", "Members of the computed ISR "
+     "(kafka_exporter: kafka_topic_partition_in_sync_replica)."),
+    ("isr_partition_replicas", "Assigned replicas (AR)."),
+    ("isr_partition_leader", "Broker id of the leader, -1 without one."),
+    ("isr_partition_min_insync_replicas", "Effective min.insync.replicas."),
+    ("isr_partition_under_replicated", "1 if the ISR is smaller than the assignment."),
+    ("isr_partition_under_min_isr", "1 if the ISR is below min.insync.replicas."),
+    ("isr_partition_at_min_isr", "1 if the ISR is at min.insync.replicas."),
+    ("isr_partition_high_watermark", "High watermark (offset)."),
+    ("isr_partition_leader_log_end_offset", "Leader LEO (offset)."),
+    ("isr_partition_state_timestamp_seconds", "Event time of the partition's latest state."),
+)
+FOLLOWER_GAUGES = (
+    ("isr_follower_lag_seconds", "Follower lag in time (0 at the leader's LEO)."),
+    ("isr_follower_time_since_caught_up_seconds",
+     "Event time since the follower was last caught up."),
+    ("isr_follower_in_isr", "1 if the follower is in the ISR."),
+)
+_NEVER = (None, None, None, None)  # a follower's values before its first state
+
+
+class PartitionSeries:
+    """The per-partition and per-follower gauges, as a prometheus-client
+    custom collector: one immutable entry per partition, turned into
+    GaugeMetricFamily samples only when Prometheus scrapes.
+
+    prometheus-client's Gauge keeps a child object (a lock and a value) per
+    label set per gauge, 10 per partition and 3 per follower: ~1.2 GB at
+    100 k partitions of RF 3, and setting them is a `.labels()` lookup per
+    gauge per state.
+    Here a partition is one tuple of values and one tuple of followers,
+    (replica, lag, time since caught up, in ISR), None for a value never set
+    (that series is not shown, as a Gauge child never created).
+
+    Batches replace a partition's entry whole, and a scrape copies the
+    references under the lock once, so it sees every partition as one state
+    left it, in every family, and never a dict changing size under it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # (cluster, policy, topic, partition) -> (values, followers)
+        self._entries: dict[tuple, tuple[tuple, tuple]] = {}
+
+    def followers(self, key: tuple) -> tuple:
+        entry = self._entries.get(key)  # (only the batch's thread writes)
+        return entry[1] if entry is not None else ()
+
+    def put(self, key: tuple, values: tuple, followers: tuple) -> None:
+        with self._lock:
+            self._entries[key] = (values, followers)
+
+    def drop(self, key: tuple) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        """The names, for the registry (duplicates, `?name[]=` scrapes)."""
+        return ([GaugeMetricFamily(n, doc, labels=P_LABELS) for n, doc in PARTITION_GAUGES]
+                + [GaugeMetricFamily(n, doc, labels=F_LABELS) for n, doc in FOLLOWER_GAUGES])
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        with self._lock:
+            entries = list(self._entries.items())
+        rows = [((cluster, topic, str(partition), policy), values, followers)
+                for (cluster, policy, topic, partition), (values, followers) in entries]
+        # One family at a time, as Gauge does: the exposition formats each
+        # before the next is built, so only one family's samples are held.
+        for i, (name, doc) in enumerate(PARTITION_GAUGES):
+            family = GaugeMetricFamily(name, doc, labels=P_LABELS)
+            for labels, values, _f in rows:
+                family.add_metric(labels, float(values[i]))
+            yield family
+        for i, (name, doc) in enumerate(FOLLOWER_GAUGES, start=1):
+            family = GaugeMetricFamily(name, doc, labels=F_LABELS)
+            for labels, _v, followers in rows:
+                for f in followers:
+                    if f[i] is not None:
+                        family.add_metric(labels + (str(f[0]),), float(f[i]))
+            yield family
+
 
 def _flags(s: dict) -> tuple[bool, ...]:
     """A partition_state as the counts see it (the order of COUNTS' indices)."""
@@ -84,43 +170,16 @@ class Metrics(Sink):
         self._server = None  # the endpoint, once served
         self._topic_patterns = [re.compile(p) for p in settings.topics]
         self._delivery_seen: dict[tuple[str, str], int] = {}
-        # (cluster, policy, topic, partition) -> flags; -> replicas with series;
-        # -> wall time of its last state
+        # (cluster, policy, topic, partition) -> flags; -> wall time of its last state
         self._partitions: dict[tuple, tuple[bool, ...]] = {}
-        self._followers: dict[tuple, set[str]] = {}
         self._seen: dict[tuple, float] = {}
         r = self.registry
 
-        def gauge(name: str, doc: str, labels=P_LABELS) -> Gauge:
-            return Gauge(name, doc, labels, registry=r)
-
-        self.counts = {name: gauge(name, doc, C_LABELS) for name, (doc, _i) in COUNTS.items()}
-        self.in_sync = gauge("isr_partition_in_sync_replicas", "Members of the computed ISR "
-                             "(kafka_exporter: kafka_topic_partition_in_sync_replica).")
-        self.replicas = gauge("isr_partition_replicas", "Assigned replicas (AR).")
-        self.leader = gauge("isr_partition_leader", "Broker id of the leader, -1 without one.")
-        self.min_isr = gauge("isr_partition_min_insync_replicas",
-                             "Effective min.insync.replicas.")
-        self.under_replicated = gauge("isr_partition_under_replicated",
-                                      "1 if the ISR is smaller than the assignment.")
-        self.under_min_isr = gauge("isr_partition_under_min_isr",
-                                   "1 if the ISR is below min.insync.replicas.")
-        self.at_min_isr = gauge("isr_partition_at_min_isr",
-                                "1 if the ISR is at min.insync.replicas.")
-        self.hw = gauge("isr_partition_high_watermark", "High watermark (offset).")
-        self.leader_leo = gauge("isr_partition_leader_log_end_offset", "Leader LEO (offset).")
-        self.state_ts = gauge("isr_partition_state_timestamp_seconds",
-                              "Event time of the partition's latest state.")
-        self.partition_gauges = [self.in_sync, self.replicas, self.leader, self.min_isr,
-                                 self.under_replicated, self.under_min_isr, self.at_min_isr,
-                                 self.hw, self.leader_leo, self.state_ts]
-        self.lag = gauge("isr_follower_lag_seconds",
-                         "Follower lag in time (0 at the leader's LEO).", F_LABELS)
-        self.since_caught_up = gauge("isr_follower_time_since_caught_up_seconds",
-                                     "Event time since the follower was last caught up.",
-                                     F_LABELS)
-        self.in_isr = gauge("isr_follower_in_isr", "1 if the follower is in the ISR.", F_LABELS)
-        self.follower_gauges = [self.lag, self.since_caught_up, self.in_isr]
+        self.counts = {name: Gauge(name, doc, C_LABELS, registry=r)
+                       for name, (doc, _i) in COUNTS.items()}
+        # After the counts, before the counters: the exposition's order of old.
+        self.series = PartitionSeries()
+        r.register(self.series)
         changes = ("cluster", "topic", "policy", "cause")
         self.shrinks = Counter("isr_shrinks_total", "ISR shrinks (Kafka: IsrShrinksPerSec); "
                                "cause leader or controller.", changes, registry=r)
@@ -235,32 +294,25 @@ class Metrics(Sink):
         self._seen[key] = now
         if not self.settings.per_partition or not self._wanted(s["topic"]):
             return
-        labels = (s["cluster"], s["topic"], str(s["partition"]), s["policy"])
-        isr = s["isr"]
-        for g, v in ((self.in_sync, len(isr)), (self.replicas, len(s["replicas"])),
-                     (self.leader, s["leader"]), (self.min_isr, s["min_insync_replicas"]),
-                     (self.under_replicated, int(s["under_replicated"])),
-                     (self.under_min_isr, int(s["under_min_isr"])),
-                     (self.at_min_isr, int(s["at_min_isr"])), (self.hw, s["hw"]),
-                     (self.leader_leo, s["leader_leo"]), (self.state_ts, s["ts"] / 1000)):
-            g.labels(*labels).set(v)
-        if not self.settings.per_follower:
-            return
-        present = set()
-        for f in s["followers"]:
-            replica = str(f["replica"])
-            present.add(replica)
-            fl = labels + (replica,)
-            if f["lag_ms"] is not None:
-                self.lag.labels(*fl).set(f["lag_ms"] / 1000)
-            if f["last_caught_up_ts"] > 0:
-                self.since_caught_up.labels(*fl).set(
-                    max(0, s["ts"] - f["last_caught_up_ts"]) / 1000)
-            self.in_isr.labels(*fl).set(int(f["in_isr"]))
-        # A replica reassigned away, or now the leader: its follower series go.
-        for gone in self._followers.get(key, set()) - present:
-            self._remove(self.follower_gauges, labels + (gone,))
-        self._followers[key] = present
+        isr, ts = s["isr"], s["ts"]
+        values = (len(isr), len(s["replicas"]), s["leader"], s["min_insync_replicas"],
+                  int(s["under_replicated"]), int(s["under_min_isr"]), int(s["at_min_isr"]),
+                  s["hw"], s["leader_leo"], ts / 1000)
+        followers = ()
+        if self.settings.per_follower:
+            # Only the followers in this state keep series: a replica reassigned
+            # away, or now the leader, loses its own at once. A lag or time since
+            # caught up this state does not have keeps its last value.
+            before = {f[0]: f for f in self.series.followers(key)}
+            followers = tuple(
+                (f["replica"],
+                 f["lag_ms"] / 1000 if f["lag_ms"] is not None
+                 else before.get(f["replica"], _NEVER)[1],
+                 max(0, ts - f["last_caught_up_ts"]) / 1000 if f["last_caught_up_ts"] > 0
+                 else before.get(f["replica"], _NEVER)[2],
+                 int(f["in_isr"]))
+                for f in s["followers"])
+        self.series.put(key, values, followers)
 
     def _count(self, key: tuple, flags: Optional[tuple[bool, ...]]) -> None:
         """Move a partition's contribution to the cluster-level counts."""
@@ -278,21 +330,9 @@ class Metrics(Sink):
         """Partitions without a state for series_ttl_s (deleted ones) go."""
         ttl = self.settings.series_ttl_s
         for key in [k for k, seen in self._seen.items() if now - seen > ttl]:
-            cluster, policy, topic, partition = key
-            labels = (cluster, topic, str(partition), policy)
-            self._remove(self.partition_gauges, labels)
-            for replica in self._followers.pop(key, set()):
-                self._remove(self.follower_gauges, labels + (replica,))
+            self.series.drop(key)
             self._count(key, None)
             del self._seen[key]
-
-    @staticmethod
-    def _remove(gauges: list[Gauge], labels: tuple) -> None:
-        for g in gauges:
-            try:
-                g.remove(*labels)
-            except KeyError:
-                pass  # never set (e.g. lag of a follower that never caught up)
 
     def observe_delivery(self, counts, outbox_size: int) -> None:
         """The deliverer's cumulative counts: add what is new since last time."""
