@@ -8,12 +8,12 @@ the tests name them without importing pyspark."""
 # For short runs (the demo, the tests).
 QUICK_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # The driver JVM of every session `isr` starts (job.driver_java_options):
-# the same options. Measured on the realistic 100 k cluster through `isr run`
-# (issue 23, docs/benchmarks.md, branch `sparkcost`): C2 kept compiling in
-# every micro-batch (Spark generates and loads code per batch) and C2 and
-# G1 were about half of the JVM's CPU; the client compiler's code was not
-# slower where the JVM works (the Kafka source, Arrow to and from Python,
-# the shuffle, the state store's commits). ISR_SPARK_JAVA_OPTIONS choosing
-# a compiler (-XX:TieredStopAtLevel=4) or a collector (-XX:+UseG1GC)
-# replaces that one.
+# the same options. Measured on the realistic clusters through `isr run`
+# (issue 23, docs/benchmarks.md, branch `sparkcost`): with the JVM's
+# defaults the compiler threads (C2 most) were ~35 % of the JVM's CPU and
+# G1's threads ~12 %, and C2 kept compiling in every micro-batch (~1 CPU s
+# a batch at 100 k partitions); with these the JVM took 37-42 % less CPU
+# and the batches after the first were not slower. ISR_SPARK_JAVA_OPTIONS
+# (or SPARK_SUBMIT_OPTS, JAVA_TOOL_OPTIONS, ...) choosing a compiler
+# (-XX:TieredStopAtLevel=4) or a collector (-XX:+UseG1GC) replaces that one.
 DRIVER_JVM = QUICK_START_JVM
