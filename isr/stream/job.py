@@ -60,7 +60,8 @@ JVM_OPTION_VARIABLES = ("SPARK_SUBMIT_OPTS", "JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTI
                         "_JAVA_OPTIONS")
 
 
-COLLECTOR = re.compile(r"-XX:\+Use(Serial|Parallel|ParallelOld|G1|Z|Shenandoah|Epsilon|ConcMarkSweep)GC")
+COLLECTOR = re.compile(
+    r"-XX:\+Use(Serial|Parallel|ParallelOld|G1|Z|Shenandoah|Epsilon|ConcMarkSweep)GC")
 
 
 def jvm_defaults(extra: list[str]) -> list[str]:
