@@ -103,16 +103,24 @@ def run_to_kafka(settings: Settings, spark=None, trigger: Optional[dict] = None,
 
 
 def watch_progress(spark, query_name: str, on_progress: Callable[[dict], None]) -> None:
-    """Call `on_progress(progress as a dict)` after each micro-batch of the query."""
+    """Call `on_progress(progress as a dict)` after each micro-batch of the query.
+
+    The JVM hands each event to `ProgressJson`, which asks it for the
+    progress's JSON only (two calls). PySpark's own listener adapter turns
+    every event into Python objects first, field by field: each Java map and
+    list it iterates ends in a Java exception, which PySpark's error handler
+    checks against its exception classes through py4j, and each such check
+    looked up `py4j.reflection.TypeUtil` by name, a search of every jar on
+    the JVM's class path that finds nothing twice (docs/benchmarks.md, issue
+    23, branch `sparkcost`: ~160 such checks per micro-batch)."""
     from pyspark.sql.streaming import StreamingQueryListener
 
     class Listener(StreamingQueryListener):
         def onQueryStarted(self, event):  # noqa: N802 - Spark's names
             pass
 
-        def onQueryProgress(self, event):  # noqa: N802
-            if event.progress.name == query_name:
-                on_progress(json.loads(event.progress.json))
+        def onQueryProgress(self, event):  # noqa: N802 - not called: ProgressJson is
+            pass
 
         def onQueryIdle(self, event):  # noqa: N802
             pass
@@ -120,4 +128,38 @@ def watch_progress(spark, query_name: str, on_progress: Callable[[dict], None]) 
         def onQueryTerminated(self, event):  # noqa: N802
             pass
 
+        @property
+        def _jlistener(self):  # what PySpark's addListener registers in the JVM
+            if not hasattr(self, "_jlistenerobj"):
+                self._jlistenerobj = spark.sparkContext._jvm.PythonStreamingQueryListenerWrapper(
+                    ProgressJson(query_name, on_progress))
+            return self._jlistenerobj
+
     spark.streams.addListener(Listener())
+
+
+class ProgressJson:
+    """A Python implementation (py4j) of Spark's
+    PythonStreamingQueryListener that passes the query's progress reports
+    on as dicts (the JVM's `StreamingQueryProgress.json`, as PySpark's
+    `progress.json` gives it) and ignores the other events."""
+
+    def __init__(self, query_name: str, on_progress: Callable[[dict], None]) -> None:
+        self.query_name, self.on_progress = query_name, on_progress
+
+    def onQueryStarted(self, jevent) -> None:  # noqa: N802 - Spark's names
+        pass
+
+    def onQueryProgress(self, jevent) -> None:  # noqa: N802
+        progress = json.loads(jevent.progress().json())
+        if progress.get("name") == self.query_name:
+            self.on_progress(progress)
+
+    def onQueryIdle(self, jevent) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, jevent) -> None:  # noqa: N802
+        pass
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]

@@ -12,6 +12,7 @@ decisions out (to Kafka, or to any `write_batch(batch_id, records)` sink).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -35,14 +36,50 @@ SPARK_LOG4J2 = Path(__file__).with_name("spark-log4j2.properties")
 def driver_java_options() -> str:
     """The session's driver JVM options: a deeper stack (Spark matches
     stop-time exception messages with a recursive regex; a Python traceback
-    in them overflowed the default stack) and our log4j2 configuration
-    (absent when the package is imported from a zip)."""
+    in them overflowed the default stack), our log4j2 configuration
+    (absent when the package is imported from a zip), and the JIT compiler
+    and collector of jvm.DRIVER_JVM (the client compiler, the serial
+    collector), each unless ISR_SPARK_JAVA_OPTIONS (appended last) or an
+    environment variable of JVM_OPTION_VARIABLES chooses its own.
+    spark.driver.extraJavaOptions in stream.spark_conf replaces them all."""
     options = ["-Xss16m"]
     if SPARK_LOG4J2.is_file():
         options.append(f"-Dlog4j2.configurationFile={SPARK_LOG4J2.as_uri()}")
-    if os.environ.get("ISR_SPARK_JAVA_OPTIONS"):  # e.g. jvm.QUICK_START_JVM (isr demo)
-        options.append(os.environ["ISR_SPARK_JAVA_OPTIONS"])
+    extra = os.environ.get("ISR_SPARK_JAVA_OPTIONS", "")  # e.g. -XX:StartFlightRecording=...
+    # what else reaches the JVM's command line or the JVM itself
+    elsewhere = " ".join(os.environ.get(name, "") for name in JVM_OPTION_VARIABLES)
+    options.extend(jvm_defaults(extra.split() + elsewhere.split()))
+    if extra:
+        options.append(extra)
     return " ".join(options)
+
+
+# Environment variables whose JVM options reach the driver JVM besides
+# spark.driver.extraJavaOptions (spark-submit's and the JVM's own).
+JVM_OPTION_VARIABLES = ("SPARK_SUBMIT_OPTS", "JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS",
+                        "_JAVA_OPTIONS")
+
+
+COLLECTOR = re.compile(
+    r"-XX:\+Use(Serial|Parallel|ParallelOld|G1|Z|Shenandoah|Epsilon|ConcMarkSweep)GC")
+
+
+def jvm_defaults(extra: list[str]) -> list[str]:
+    """jvm.DRIVER_JVM's options that `extra` (JVM options) does not override:
+    its compiler choice (-XX:TieredStopAtLevel, -XX:[+-]TieredCompilation)
+    or its collector (-XX:+Use...GC: two collectors refuse to start)."""
+    from isr.stream.jvm import DRIVER_JVM
+
+    def family(option: str) -> str:
+        if option.startswith(("-XX:TieredStopAtLevel", "-XX:+TieredCompilation",
+                              "-XX:-TieredCompilation")):
+            return "compiler"
+        if COLLECTOR.fullmatch(option):
+            return "collector"
+        return option
+
+    chosen = {family(o) for o in extra}
+    return [o for o in DRIVER_JVM.split() if family(o) not in chosen]
 
 
 # Memory defaults (docs/operations.md, "Memory"); stream.spark_conf overrides each.

@@ -477,3 +477,32 @@ def test_the_propagation_state_is_kept_per_batch_in_the_checkpoint(spark, tmp_pa
     assert restarted.latest_before(14) == "[13]"
     assert sorted(p.name for p in (tmp_path / "checkpoint" / STATE_DIR).iterdir()
                   if not p.name.startswith(".")) == sorted(str(i) for i in range(15 - KEEP, 15))
+
+
+def test_watch_progress_passes_on_the_named_querys_progress_as_spark_writes_it(spark, tmp_path):
+    """watch_progress's listener (ProgressJson) asks the JVM for each
+    progress's JSON, not PySpark's field-by-field conversion: the named
+    query's reports arrive as Spark's JSON, another query's do not."""
+    import time
+
+    from isr.pipeline.streaming import watch_progress
+
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.txt").write_text("x\ny\nz\n")
+    got: list[dict] = []
+    other: list[dict] = []
+    watch_progress(spark, "progress_json", got.append)
+    watch_progress(spark, "nobody", other.append)
+    query = (spark.readStream.format("text").load(str(src)).writeStream
+             .format("memory").queryName("progress_json")
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    deadline = time.monotonic() + 30  # the listener bus is asynchronous
+    while time.monotonic() < deadline and not any(p.get("numInputRows") for p in got):
+        time.sleep(0.2)
+    assert got and other == []
+    assert all(p["name"] == "progress_json" and p["runId"] == str(query.runId) for p in got)
+    assert sum(p["numInputRows"] for p in got) == 3
+    assert {"batchId", "durationMs", "sources", "stateOperators", "sink"} <= set(got[-1])
