@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Producer
 from helpers import wait_until
 from receivers import Alertmanager, Prometheus, Receiver  # tests/ is on sys.path (conftest)
+from workload import query_settings
 
 from isr.config import load_settings
 from isr.contract.events import routing_key
@@ -82,10 +83,7 @@ def job_settings(broker, tmp_path, name: str, *extra: str):
     """The job reading `<name>.in` and writing `<name>.*` topics."""
     return load_settings(None, [
         f"kafka.bootstrap_servers={broker.bootstrap}", f'input.topics=["{name}.in"]',
-        f"output.changes_topic={name}.changes", f"output.state_topic={name}.state",
-        f"output.dead_letter_topic={name}.dead", f"output.alerts_topic={name}.alerts",
-        f"output.commit_topic={name}.commits", "output.partitions=1", f"stream.checkpoint_location={tmp_path}/ck",
-        f"stream.query_name={name}", "stream.trigger_interval=1 second",
+        *query_settings(name, tmp_path / "ck"), "stream.trigger_interval=1 second",
         f"delivery.state_dir={tmp_path}/delivery", *extra])
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 from test_real_kafka_faults import isr_of, pause_until_shrunk_then_resume, producing, wait_for
+from workload import query_settings
 
 from isr.config import load_settings
 from isr.kafka.cluster import BROKER_IDS
@@ -34,11 +35,8 @@ def job_settings(kafka, name: str, tmp_path, source: str) -> list[str]:
     return [f"kafka.bootstrap_servers={kafka.bootstrap}", f'input.topics=["{source}"]',
             f"monitor.replica_lag_time_max_ms={kafka.conf.replica_lag_time_max_ms}",
             f"monitor.allowed_lateness_ms={LATENESS_MS}", "monitor.min_insync_replicas=2",
-            f"output.changes_topic={name}.changes", f"output.state_topic={name}.state",
-            f"output.dead_letter_topic={name}.dead", f"output.alerts_topic={name}.alerts",
-            f"output.commit_topic={name}.commits", "output.partitions=1",
-            f"stream.checkpoint_location={tmp_path / 'checkpoint'}",
-            f"stream.query_name={name}", f"delivery.state_dir={tmp_path / 'delivery'}",
+            *query_settings(name, tmp_path / "checkpoint"),
+            f"delivery.state_dir={tmp_path / 'delivery'}",
             f"metrics.port={kafka.conf.port_base + 37}", "metrics.address=127.0.0.1"]
 
 

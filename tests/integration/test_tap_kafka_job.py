@@ -27,6 +27,7 @@ import uuid
 
 import pytest
 from helpers import ROOT, cli
+from workload import query_settings
 
 from isr.config import load_settings
 from isr.sinks.kafka import read_to_end
@@ -99,11 +100,8 @@ def test_request_logs_tapped_into_kafka_decide_in_isr_run_as_replay(kafka, tmp_p
                 f"input.max_offsets_per_trigger={total // 2 + 1}",
                 f"monitor.policy={json.dumps(POLICIES)}",
                 f"monitor.allowed_lateness_ms={LATENESS_MS}",
-                f"output.changes_topic={name}.changes", f"output.state_topic={name}.state",
-                f"output.dead_letter_topic={name}.dead", f"output.alerts_topic={name}.alerts",
-                f"output.commit_topic={name}.commits", "output.partitions=1",
-                f"stream.checkpoint_location={tmp_path / 'checkpoint'}",
-                f"stream.query_name={name}", f"delivery.state_dir={tmp_path / 'delivery'}",
+                *query_settings(name, tmp_path / "checkpoint"),
+                f"delivery.state_dir={tmp_path / 'delivery'}",
                 "metrics.enabled=false"]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                PYTHONPATH=str(ROOT), ISR_SPARK_LOG_LEVEL="ERROR")

@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 from helpers import ROOT
+from workload import query_settings
 
 from isr.config import load_settings
 from isr.contract.events import routing_key
@@ -90,11 +91,8 @@ def test_isr_run_decides_same_ts_ties_across_input_partitions_as_replay(kafka, t
     settings = [f"kafka.bootstrap_servers={kafka.bootstrap}", f'input.topics=["{source}"]',
                 "monitor.replica_lag_time_max_ms=10000", "monitor.policy=kafka",
                 f"monitor.allowed_lateness_ms={LATENESS_MS}",
-                f"output.changes_topic={name}.changes", f"output.state_topic={name}.state",
-                f"output.dead_letter_topic={name}.dead", f"output.alerts_topic={name}.alerts",
-                f"output.commit_topic={name}.commits", "output.partitions=1",
-                f"stream.checkpoint_location={tmp_path / 'checkpoint'}",
-                f"stream.query_name={name}", f"delivery.state_dir={tmp_path / 'delivery'}",
+                *query_settings(name, tmp_path / "checkpoint"),
+                f"delivery.state_dir={tmp_path / 'delivery'}",
                 "metrics.enabled=false"]
     result = replay([str(path)], load_settings(None, settings).monitor)
     watermark = max(e["ts"] for e in events) - LATENESS_MS

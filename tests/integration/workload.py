@@ -96,22 +96,22 @@ def produce(bootstrap: str, topic: str, data: list[bytes]) -> None:
     p.flush(30)
 
 
+def query_settings(name: str, checkpoint) -> list[str]:
+    """A query of its own: `<name>.*` output topics of one partition (the
+    tests read partition 0), its checkpoint and its name."""
+    return [f"output.changes_topic={name}.changes", f"output.state_topic={name}.state",
+            f"output.dead_letter_topic={name}.dead", f"output.alerts_topic={name}.alerts",
+            f"output.commit_topic={name}.commits", "output.partitions=1",
+            f"stream.checkpoint_location={checkpoint}", f"stream.query_name={name}"]
+
+
 def job_settings(bootstrap: str, tmp_path, base: list[str], *extra: str, prefix=None,
                  checkpoint: str = "checkpoint"):
     """The job's settings with topics and a query of their own (`prefix`)."""
     prefix = prefix or f"t{uuid.uuid4().hex[:8]}"
     return load_settings(None, base + [
-        f"kafka.bootstrap_servers={bootstrap}",
-        f'input.topics=["{prefix}.in"]',
-        f"output.changes_topic={prefix}.changes",
-        f"output.state_topic={prefix}.state",
-        f"output.dead_letter_topic={prefix}.dead",
-        f"output.alerts_topic={prefix}.alerts",
-        f"output.commit_topic={prefix}.commits",
-        "output.partitions=1",  # the tests read partition 0
-        f"stream.checkpoint_location={tmp_path / checkpoint}",
-        f"stream.query_name={prefix}",
-        *extra])
+        f"kafka.bootstrap_servers={bootstrap}", f'input.topics=["{prefix}.in"]',
+        *query_settings(prefix, tmp_path / checkpoint), *extra])
 
 
 def job_config(tmp_path: Path, broker, name: str, input_topic: str, limit: int,
