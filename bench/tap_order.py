@@ -17,5 +17,6 @@ for d in sys.argv[1:]:
                 if gap > 5000:
                     behind5000 += 1; late_types[e["type"]] = late_types.get(e["type"], 0) + 1
             top = e["ts"] if top is None else max(top, e["ts"])
-    print(f"{d}: {n:,} events; behind the newest ts before them: {behind0:,} (>1000 ms: {behind1000:,}; "
-          f">5000 ms: {behind5000:,} {late_types}); worst {worst:,} ms")
+    print(f"{d}: {n:,} events; behind the newest ts before them: {behind0:,} "
+          f"(>1000 ms: {behind1000:,}; >5000 ms: {behind5000:,} {late_types}); "
+          f"worst {worst:,} ms")
