@@ -70,7 +70,10 @@ def test_each_fetch_request_version_gives_the_same_fetches(version):
     assert {e["replica"] for e in fetches} == {2, 3}
     assert all(("broker_epoch" in e) == (version >= 15) for e in fetches)
     assert tap.skipped == {}
-    assert tap.approximate == {"reads whose LEO is only a lower bound": 2}  # the last reads
+    # replica 2's last read; replica 3's last one waited in purgatory, got
+    # records, and its next request came only after the stop (past HOLD_MS)
+    assert tap.approximate == {"reads whose LEO is only a lower bound": 1,
+                               RequestLogTap.NO_NEXT_APPEND: 1}
 
 
 def test_the_fixture_files_are_read_line_by_line():
@@ -200,14 +203,16 @@ def test_session_events_go_out_in_the_order_of_their_lines():
     next fetchOffset); a later request that is complete waits behind it, so
     requests go out in the order the leader completed them (two followers taken
     back at the same ms: the order is the ISR's), but for at most HOLD_MS of log
-    time."""
+    time: then the read is settled with its lower bound and goes out in its
+    place."""
     lines = [_follower(T0 + 1000, 2, 0, 10, 500, session_id=55),   # records: waits
              _follower(T0 + 1000, 3, 0, 20, 0, session_id=66),     # complete
              _follower(T0 + 1200, 2, 1, 20, 0, session_id=55)]     # replica 2's LEO: 20
     events, _ = tap_request_log(lines, grain="session")
     got = [(e["replica"], e["ts"] - T0) for e in events if e["type"] == "fetch_session"]
     assert got == [(2, 999), (3, 999), (2, 1199)]
-    # replica 2 never fetches again: replica 3's requests stop waiting after HOLD_MS
+    # replica 2 never fetches again: after HOLD_MS its read is written with the
+    # lower bound (fetchOffset + 1), in line order, with replica 3's behind it
     later = [_follower(T0 + 1000 + ms, 3, n, 20, 0, session_id=66)
              for n, ms in enumerate((500, 1000, 1500), start=1)]
     tap = RequestLogTap(1, topic_names=names().topic_name, grain="session")
@@ -215,9 +220,53 @@ def test_session_events_go_out_in_the_order_of_their_lines():
     for line in lines[:2] + later:
         seen.append([(e["replica"], e["ts"] - T0) for e in tap.feed(line)
                      if e["type"] == "fetch_session"])
-    assert seen == [[], [], [], [], [(3, 999), (3, 1499), (3, 1999), (3, 2499)]]
-    assert [(e["replica"], e["ts"] - T0) for e in tap.finish()
-            if e["type"] == "fetch_session"] == [(2, 999)]
+    assert seen == [[], [], [], [], [(2, 999), (3, 999), (3, 1499), (3, 1999), (3, 2499)]]
+    assert tap.finish() == []
+    assert tap.approximate == {RequestLogTap.NO_NEXT_REQUEST: 1}
+
+
+@pytest.mark.parametrize("grain", ["session", "partition"])
+def test_a_read_whose_follower_stalls_goes_out_within_hold_ms_with_the_lower_bound(grain):
+    """Replica 2's read returned records (its LEO is its next fetchOffset) and
+    then replica 2 sent nothing for 5 s (paused) while replica 3 kept
+    fetching every 200 ms. Past HOLD_MS of log time the read is written with
+    the lower bound (fetchOffset + 1 = 11, raised to the LEO 20 replica 3's
+    read at the same ms showed), in line order: before replica 3's later
+    requests, not 5 s late when replica 2 comes back. Its next request is
+    then read as any other and writes nothing twice."""
+    ends = [(1000, 2, 0, 10, 500), (1000, 3, 0, 10, 500)]  # both read records
+    ends += [(1000 + ms, 3, n, 20, 0) for n, ms in enumerate(range(200, 5000, 200), start=1)]
+    ends.append((6000, 2, 1, 20, 0))  # replica 2 is back
+    tap = RequestLogTap(1, topic_names=names().topic_name, grain=grain)
+    written = []  # (line it came out at, replica, ts, fetch_offset, leader_leo)
+    for end, replica, epoch, offset, size in ends:
+        out = tap.feed(_follower(T0 + end, replica, epoch, offset, size,
+                                 session_id=55 if replica == 2 else 66))
+        valid(out)
+        for e in out:
+            for p in e.get("partitions", [e]) if e["type"] != "append" else ():
+                written.append((end, e["replica"], e["ts"] - T0, p["fetch_offset"],
+                                p["leader_leo"]))
+    assert tap.finish() == [] and tap.pending == {}
+    # +2200 is the first line more than HOLD_MS after +1000
+    assert written[:3] == [(2200, 2, 999, 10, 20), (2200, 3, 999, 10, 20),
+                           (2200, 3, 1199, 20, 20)]
+    assert [w[1:] for w in written if w[1] == 2] == [(2, 999, 10, 20), (2, 5999, 20, 20)]
+    assert [w[2] for w in written] == sorted(w[2] for w in written)  # line order = ts order
+    assert all(w[0] - w[2] <= tap.HOLD_MS + 201 for w in written)  # none held longer
+    assert tap.approximate == {RequestLogTap.NO_NEXT_REQUEST: 1}
+
+
+def test_a_next_request_past_hold_ms_still_gives_the_exact_leo_when_nothing_came_between():
+    """The bound is log time: a follower whose next request is the first line
+    more than HOLD_MS after its read (a quiet log) still settles it exactly;
+    the request it reads comes before any other line can settle it."""
+    lines = [_follower(T0 + 1000, 2, 0, 10, 500), _follower(T0 + 2100, 2, 1, 20, 0)]
+    events, tap = tap_request_log(lines, grain="session")
+    got = [(e["ts"] - T0, [(p["fetch_offset"], p["leader_leo"]) for p in e["partitions"]])
+           for e in events if e["type"] == "fetch_session"]
+    assert got == [(999, [(10, 20)]), (2099, [(20, 20)])]
+    assert not tap.approximate
 
 
 def test_the_leader_leo_is_inferred_from_the_next_fetch_and_capped_reads_are_bounds():

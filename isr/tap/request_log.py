@@ -33,7 +33,9 @@ unlisted one's is the leader's LEO of the `append` events before it):
   inferred LEO up. At the session grain a request whose reads wait for
   their LEO is written when the last of them is known (its session's next
   request, as the partition grain writes those `fetch`es), and requests are
-  written in the order of their lines (`HOLD_MS`).
+  written in the order of their lines (`HOLD_MS`). A read whose follower
+  sends no next request within `HOLD_MS` of log time (paused, killed) is
+  settled with the lower bound then, so nothing is written seconds late.
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ class Pending:
     capped: bool
     leader_epoch: int
     held: Optional[Held] = None  # the request it belongs to
+    line_ts: float = 0.0         # its request's line time (RequestLogTap.HOLD_MS)
 
 
 class RequestLogTap(Log4jTap):
@@ -121,7 +124,19 @@ class RequestLogTap(Log4jTap):
     # (a running follower's next request comes within replica.fetch.wait.max.ms,
     # 500 ms by default, of its previous one's completion); past it, they go
     # out and it follows when complete.
+    # The same bound ends a read's wait for its LEO: a read whose follower has
+    # sent no next request for HOLD_MS of log time (a paused, GC-stalled or
+    # killed broker: it comes back seconds later, if at all) is settled with
+    # the lower bound a read whose next request never came gets, so its
+    # request goes out within HOLD_MS of its line, not when the follower
+    # returns (docs/tap.md).
     HOLD_MS = 1000
+    NO_NEXT_REQUEST = ("reads whose LEO is only a lower bound: the follower's next request "
+                       "did not come within HOLD_MS (1,000 ms of log time)")
+    # a read that waited in purgatory and got records: its `fetch` went out
+    # exact; only the `append` its next fetchOffset would give is not written
+    NO_NEXT_APPEND = ("purgatory reads that got records, no next request within HOLD_MS: "
+                      "the LEO their next fetchOffset shows is not written")
 
     def __init__(self, broker: int, cluster: str = "default", timezone: str = "UTC",
                  topic_names: Optional[Callable[[str], Optional[str]]] = None,
@@ -149,6 +164,8 @@ class RequestLogTap(Log4jTap):
         # the last appends' (ts, leader epoch, LEO): what the leader had at a time
         self.appended: dict[tuple[str, int], deque] = {}
         self.order: deque[Held] = deque()  # session grain: requests in line order
+        # reads waiting for their LEO, in line order: (line time, key, Pending)
+        self.aging: deque[tuple[float, tuple[int, str, int], Pending]] = deque()
         self.now = float("-inf")  # the latest line time
 
     # ------------------------------------------------------------ lines
@@ -207,6 +224,9 @@ class RequestLogTap(Log4jTap):
             return self.skip(f"FETCH error {response['errorCode']}")
         out: list[dict] = []
         self.now = max(self.now, line_ts)
+        # reads that waited too long go out before this request can let later
+        # ones past them (not its own follower's: this request is their next)
+        self._expire(out, replica)
         fetcher = (replica, desc["requestHeader"].get("clientId", ""))
         session, sid, forgotten = self._session(fetcher, request, response, out)
         arrival = line_ts - desc["totalTimeMs"] + desc["requestQueueTimeMs"]
@@ -249,13 +269,12 @@ class RequestLogTap(Log4jTap):
                 self._append(tp, wanted.leader_epoch, wanted.fetch_offset, read_ts, out, held)
                 self._written(ev, held, out)
                 if size:  # records came while it waited: LEO rose by its end
-                    self._wait(replica, tp)
-                    self.pending[(replica, *tp)] = Pending(None, int(round(line_ts)), capped,
-                                                           wanted.leader_epoch, held)
+                    self._pend(replica, tp, Pending(None, int(round(line_ts)), capped,
+                                                    wanted.leader_epoch, held, line_ts))
             else:
-                self._wait(replica, tp)
-                self.pending[(replica, *tp)] = Pending(ev, read_ts, capped, wanted.leader_epoch,
-                                                       held)
+                self._pend(replica, tp, Pending(ev, read_ts, capped, wanted.leader_epoch,
+                                                held, line_ts))
+        self._expire(out)  # its follower's reads this request did not settle
         held.open = False
         # a session that holds nothing (its topics' ids unknown) says nothing
         held.empty = self.grain == PARTITION or (not session.parts
@@ -454,7 +473,7 @@ class RequestLogTap(Log4jTap):
 
     # ------------------------------------------------------------ the leader's LEO
     def _resolve(self, key: tuple[int, str, int], next_offset: Optional[int],
-                 out: list) -> None:
+                 out: list, reason: str = "reads whose LEO is only a lower bound") -> None:
         pending = self.pending.pop(key, None)
         if pending is None:
             return
@@ -464,9 +483,11 @@ class RequestLogTap(Log4jTap):
         ev = pending.event
         base = ev["fetch_offset"] if ev is not None else -1
         if next_offset is None or next_offset <= base:  # never came, or truncated
-            self.approximate["reads whose LEO is only a lower bound"] += 1
-            if ev is None:
+            if ev is None:  # the fetch went out exact: only an `append` is not written
+                self.approximate[self.NO_NEXT_APPEND if reason == self.NO_NEXT_REQUEST
+                                 else reason] += 1
                 return
+            self.approximate[reason] += 1
             leo = max(base + 1, self._known_leo(key[1:], pending))
             bound = True
         else:
@@ -483,8 +504,35 @@ class RequestLogTap(Log4jTap):
             ev["leader_leo"] = leo
             self._written(ev, pending.held, out)
 
-    def _wait(self, replica: int, tp: tuple[str, int]) -> None:
+    def _pend(self, replica: int, tp: tuple[str, int], pending: Pending) -> None:
+        """A read waits for its LEO: the follower's next fetchOffset."""
         self.waiting.setdefault(replica, {})[tp] = None
+        key = (replica, *tp)
+        self.pending[key] = pending
+        self.aging.append((pending.line_ts, key, pending))
+
+    def _expire(self, out: list, spare: int = -1) -> None:
+        """Reads whose follower has not sent its next request within HOLD_MS
+        of log time are settled with the lower bound (as at the end of the
+        input), so their requests go out now, in line order, instead of when
+        the follower comes back (seconds later after a pause: late for the
+        monitor's watermark). That next request, when it comes, finds nothing
+        pending and is read as any other. A read whose `fetch` went out
+        already (records came during its purgatory wait) only loses the
+        `append` its next fetchOffset would give: written now it would be
+        late. `spare`: the replica whose request is being read (it is the next
+        request of that replica's reads)."""
+        aging, pending, kept = self.aging, self.pending, []
+        while aging and self.now - aging[0][0] > self.HOLD_MS:
+            item = aging.popleft()
+            key, p = item[1], item[2]
+            if pending.get(key) is not p:
+                continue  # settled already
+            if key[0] == spare:
+                kept.append(item)
+            else:
+                self._resolve(key, None, out, self.NO_NEXT_REQUEST)
+        aging.extendleft(reversed(kept))
 
     def _known_leo(self, tp: tuple[str, int], pending: Pending) -> int:
         """The highest LEO other reads saw up to this read (same leader epoch):
