@@ -84,6 +84,9 @@ def main() -> None:
                     help="check, each batch, that every pending partition's membership as it "
                          "stands (what StateThrottle.due reads) is the one after catching it up")
     ap.add_argument("--batches", type=int, default=0, help="stop after this many (0: all)")
+    ap.add_argument("--cut-factor", type=int, default=0,
+                    help="SessionDriver.cut_factor for the buckets' engines (0: the "
+                         "default, 2; `isr replay` uses 4)")
     ap.add_argument("--sink", action="store_true",
                     help="also feed each batch's records (every bucket's) to the driver's "
                          "Prometheus sink (isr/sinks/prometheus.py Metrics.observe_records, "
@@ -97,6 +100,9 @@ def main() -> None:
                          "(prometheus_client.generate_latest, each family's lines sorted; "
                          "bench_sink.py sorted_exposition), to compare trees' sinks")
     args = ap.parse_args()
+    if args.cut_factor:
+        from isr.engine.sessions import SessionDriver
+        SessionDriver.cut_factor = args.cut_factor
     if args.check_membership:
         _check_membership()
     settings = load_settings(None, [f'monitor.policy=["{args.policy}"]',
