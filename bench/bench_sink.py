@@ -61,6 +61,47 @@ def sorted_exposition(text: bytes, order: bool = True) -> bytes:
     return b"\n".join(b"\n".join(sorted(b) if order else b) for b in blocks) + b"\n"
 
 
+FILTER = "name[]=isr_partitions&name[]=isr_partition_leader&name[]=isr_follower_lag_seconds"
+# what a scrape asks /metrics: the text format, OpenMetrics, each gzipped, a name filter
+VARIANTS = {"text": ("", "", ""),
+            "openmetrics": ("application/openmetrics-text; version=1.0.0", "", ""),
+            "text-gzip": ("", "gzip", ""),
+            "openmetrics-gzip": ("application/openmetrics-text; version=1.0.0", "gzip", ""),
+            "text-filter": ("", "", FILTER)}
+
+
+def endpoint(sink):
+    """The WSGI app /metrics serves: the sink's own if it has one
+    (`wsgi_app`, branch scrapefast), else prometheus-client's make_wsgi_app."""
+    app = getattr(sink, "wsgi_app", None)
+    if app is None:
+        from prometheus_client import make_wsgi_app
+        app = make_wsgi_app(sink.registry)
+    return app
+
+
+def scrape(app, accept: str = "", encoding: str = "", query: str = "",
+           keep: bool = True) -> tuple[bytes, int]:
+    """One GET of /metrics through the app: (the body, decompressed if
+    gzipped, or b"" if not `keep`; its size as served)."""
+    import gzip
+    import zlib
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": query,
+               "HTTP_ACCEPT": accept, "HTTP_ACCEPT_ENCODING": encoding}
+    headers = []
+    body = app(environ, lambda status, h: headers.extend(h))
+    gz = ("Content-Encoding", "gzip") in headers
+    z = zlib.decompressobj(31) if gz else None
+    parts, size = [], 0
+    for chunk in body:
+        size += len(chunk)
+        if keep:
+            parts.append(chunk if z is None else z.decompress(chunk))
+    if keep and z is not None:
+        parts.append(z.flush())
+    return b"".join(parts), size
+
+
 def load(path: str) -> list[list]:
     """The dump's records by batch (bench_live_bucket.py --dump lines:
     [batch, bucket, kind, key, id, ts, value])."""
@@ -92,6 +133,7 @@ def one(args) -> dict:
     if args.tracemalloc:
         tracemalloc.start()
     sink = Metrics(settings.metrics)
+    app = endpoint(sink)
     cpu, digests = [], []
     # the first batch with partition states (the stream's first ones
     # release no events yet): the one that creates every series
@@ -108,21 +150,36 @@ def one(args) -> dict:
                 out["traced_after_first_mb"] = tracemalloc.get_traced_memory()[0] / 2**20
         if args.exposition:
             text = generate_latest(sink.registry)
+            served = {}
+            for v, (accept, encoding, query) in VARIANTS.items():
+                body = scrape(app, accept, encoding, query)[0]
+                if v == "text-filter":  # RestrictedRegistry's family order is a set's
+                    body = b"\n".join(sorted(sorted_exposition(body).splitlines())) + b"\n"
+                served[v] = hashlib.md5(sorted_exposition(body, False)).hexdigest()
             digests.append((hashlib.md5(sorted_exposition(text)).hexdigest(),
                             hashlib.md5(sorted_exposition(text, False)).hexdigest(),
-                            len(text)))
+                            len(text), served))
     if args.tracemalloc:
         tracemalloc.stop()
     out.update(first_cpu_s=cpu[first], later_cpu_s=sum(cpu[first + 1:]), cpu_per_batch=cpu,
                first=first, batches=len(batches))
     gc.collect()
     out["rss_before_scrape_mb"] = rss_mb()
-    t, w = time.process_time(), time.perf_counter()
-    text = generate_latest(sink.registry)
-    out.update(scrape_cpu_s=time.process_time() - t, scrape_wall_s=time.perf_counter() - w,
-               scrape_bytes=len(text), scrape_lines=text.count(b"\n"),
-               scrape_sorted_md5=hashlib.md5(sorted_exposition(text)).hexdigest(),
-               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    if args.scrape == "generate_latest":
+        t, w = time.process_time(), time.perf_counter()
+        text = generate_latest(sink.registry)
+        cpu, wall, size = time.process_time() - t, time.perf_counter() - w, len(text)
+    else:  # through /metrics' app, its chunks dropped as a socket would
+        accept, encoding, query = VARIANTS[args.scrape]
+        t, w = time.process_time(), time.perf_counter()
+        size = scrape(app, accept, encoding, query, keep=False)[1]
+        cpu, wall = time.process_time() - t, time.perf_counter() - w
+        out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        text = scrape(app, accept, encoding, query)[0]
+    out.update(scrape_cpu_s=cpu, scrape_wall_s=wall, scrape_bytes=size,
+               scrape_lines=text.count(b"\n"),
+               scrape_sorted_md5=hashlib.md5(sorted_exposition(text)).hexdigest())
+    out.setdefault("peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     if args.exposition:
         out["exposition"] = digests
     return out
@@ -136,6 +193,11 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--exposition", action="store_true")
     ap.add_argument("--tracemalloc", action="store_true")
+    ap.add_argument("--scrape", default="generate_latest",
+                    choices=["generate_latest", *VARIANTS],
+                    help="the full scrape measured: prometheus_client.generate_latest (as "
+                    "before), or a GET through the endpoint's WSGI app (endpoint()) in that "
+                    "variant, bytes as served")
     ap.add_argument("--out", help="write every run's result here (JSON lines)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -144,7 +206,7 @@ def main() -> None:
         return
     trees = [t.split("=", 1) for t in args.trees]
     flags = [f"--set={s}" for s in args.set] + ["--exposition"] * args.exposition \
-        + ["--tracemalloc"] * args.tracemalloc
+        + ["--tracemalloc"] * args.tracemalloc + [f"--scrape={args.scrape}"]
     results = []
     for r in range(args.rounds):
         for name, path in (trees if r % 2 == 0 else trees[::-1]):
@@ -178,9 +240,13 @@ def main() -> None:
         for name, seq in by_tree.items():
             same = sum(a[0] == b[0] for a, b in zip(first, seq))
             raw = sum(a[1] == b[1] for a, b in zip(first, seq))
+            endpoint_same = {v: sum(a[3][v] == b[3][v] for a, b in zip(first, seq))
+                             for v in VARIANTS}
             print(f"{name}: sorted exposition equal to {trees[0][0]}'s after {same} of "
-                  f"{len(first)} batches (as served: {raw}); per batch "
-                  + ", ".join(f"{s[:8]}/{n:,}B" for s, _r, n in seq))
+                  f"{len(first)} batches (as served: {raw}); /metrics as served equal after "
+                  + ", ".join(f"{v} {n}" for v, n in endpoint_same.items())
+                  + "; per batch "
+                  + ", ".join(f"{s[:8]}/{n:,}B" for s, _r, n, _e in seq))
 
 
 if __name__ == "__main__":

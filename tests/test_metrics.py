@@ -390,3 +390,162 @@ def test_a_scrape_during_batches_never_fails_and_never_shows_a_partition_half_wr
         sys.setswitchinterval(interval)
     assert not errors, errors[0]
     assert scrapes[0] >= 300 and g > 20  # scrapes and batches did overlap
+
+
+# ---------------------------------------------------------------- the endpoint's writer
+# /metrics writes PartitionSeries' families itself (isr/sinks/prometheus.py
+# _Exposition); what it serves must be what prometheus-client's own
+# make_wsgi_app would serve for the same registry, byte for byte.
+
+OM = "application/openmetrics-text; version=1.0.0"
+
+
+def get(app, accept: str = "", encoding: str = "", query: str = "") -> tuple[dict, bytes]:
+    """One GET through a WSGI app: (its headers, its body decompressed)."""
+    import gzip
+
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": query,
+               "HTTP_ACCEPT": accept, "HTTP_ACCEPT_ENCODING": encoding}
+    got: dict = {}
+    body = b"".join(app(environ, lambda status, headers: got.update(headers, status=status)))
+    if got.get("Content-Encoding") == "gzip":
+        body = gzip.decompress(body)
+    return got, body
+
+
+def prometheus_client_gives(m: Metrics, accept: str = "", query: str = "") -> bytes:
+    """What prometheus-client itself serves for the registry (its encoders
+    over the families' samples, as before the endpoint's own writer)."""
+    from prometheus_client import make_wsgi_app
+    return get(make_wsgi_app(m.registry), accept, "", query)[1]
+
+
+def escaping_states() -> list[OutputRecord]:
+    """Topic names are [a-zA-Z0-9._-] (Kafka), broker ids numbers, but the
+    cluster and policy names come from the configuration: anything."""
+    odd = {"cluster": 'prod "eu"\\west\nb', "policy": 'p\\"q'}
+    return feed(state(0, 1), state(1, 2, topic="a.b-c_d"),
+                {**state(2, 3, isr=[1, 3]), **odd},
+                {**state(3, 4, replicas=(7, 8)), **odd,
+                 "followers": [{"replica": 8, "lag_ms": None, "last_caught_up_ts": 0,
+                                "in_isr": False, "leo": 0, "last_fetch_ts": T0}]})
+
+
+@pytest.mark.parametrize("accept", ["", OM, "text/plain; version=1.0.0; escaping=allow-utf-8",
+                                    "text/plain; version=1.0.0; escaping=dots"])
+def test_the_endpoint_serves_what_prometheus_client_would_with_escaped_labels(accept):
+    m = Metrics(MetricsSettings())
+    m.observe_records(escaping_states())
+    headers, body = get(m.wsgi_app, accept)
+    want = prometheus_client_gives(m, accept)
+    assert headers["status"] == "200 OK"
+    assert body == want and b'cluster="prod \\"eu\\"\\\\west\\nb"' in body
+    lag = b"isr__follower__lag__seconds" if "dots" in accept else b"isr_follower_lag_seconds"
+    assert body.count(b"\n" + lag + b"{") == 6  # 2 + 2 + 2 + 0 (never lagged)
+    # our writer wrote it (it caches the label text), but for a name escaping
+    # that rewrites names, left to prometheus-client whole
+    assert len(m.series._labels) == (0 if "dots" in accept else 4)
+    m.observe_records(feed(state(0, 5, replicas=(2, 1))), now=time_now() + 10 ** 6)
+    assert get(m.wsgi_app, accept)[1] == prometheus_client_gives(m, accept)  # all expired
+
+
+def time_now() -> float:
+    import time
+    return time.time()
+
+
+def test_the_endpoints_own_lines_are_used_not_prometheus_clients():
+    """The equality above must be our writer's: a partition's line comes
+    from the label text cached at its first scrape."""
+    m = Metrics(MetricsSettings())
+    m.observe_records(feed(state(0, 1)))
+    get(m.wsgi_app)
+    key = next(iter(m.series._labels))
+    m.series._labels[key] = ('{cluster="X",', 'topic="Y"}')
+    assert b'isr_partition_leader{cluster="X",topic="Y"} 1.0\n' in get(m.wsgi_app)[1]
+    m.observe_records([], now=time_now() + 10 ** 6)  # expired: its label text goes too
+    assert not m.series._labels
+
+
+@pytest.mark.parametrize("accept", ["", OM])
+def test_the_endpoint_gzips_when_asked_and_filters_names(accept):
+    m = Metrics(MetricsSettings())
+    m.observe_records(escaping_states())
+    headers, body = get(m.wsgi_app, accept, "deflate, gzip;q=0.9")
+    assert headers["Content-Encoding"] == "gzip" and body == prometheus_client_gives(m, accept)
+    assert "Content-Encoding" not in get(m.wsgi_app, accept, "identity")[0]
+    for names in (["isr_partition_leader"], ["isr_follower_in_isr", "isr_partitions"],
+                  ["isr_follower_lag_seconds", "nothing"], ["nothing"]):
+        query = "&".join(f"name[]={n}" for n in names)
+        body = get(m.wsgi_app, accept, "gzip", query)[1]
+        assert body == prometheus_client_gives(m, accept, query), names
+        assert {line.split()[2] for line in body.splitlines()
+                if line.startswith(b"# TYPE")} == {n.encode() for n in names} - {b"nothing"}
+    # a family asked for but without a sample is not shown (as prometheus-client does)
+    m2 = Metrics(MetricsSettings(per_follower=False))
+    m2.observe_records(escaping_states())
+    query = "name[]=isr_follower_in_isr&name[]=isr_partition_replicas"
+    body = get(m2.wsgi_app, accept, "", query)[1]
+    assert body == prometheus_client_gives(m2, accept, query)
+    assert b"isr_follower" not in body and b"isr_partition_replicas{" in body
+
+
+def test_the_endpoint_over_http_streams_the_same_text():
+    port = free_port()
+    m = Metrics(MetricsSettings(address="127.0.0.1", port=port))
+    m.observe_records(feed(*(state(p, p) for p in range(1000))))
+    assert m.serve()
+    try:
+        for accept in ("", OM):
+            r = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})
+            assert r.status_code == 200 and r.content == prometheus_client_gives(m, accept)
+            assert r.headers["Content-Type"] == get(m.wsgi_app, accept)[0]["Content-Type"]
+            assert r.content.count(b"\n") > 1000 * 16
+    finally:
+        m.close()
+
+
+def test_a_served_scrape_during_batches_is_each_partition_whole():
+    """As the thread test above, through the endpoint's writer: the text of
+    one scrape shows every partition of one generation, in every family."""
+    import sys
+    import threading
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    m = Metrics(MetricsSettings(series_ttl_s=0.5, refresh_interval_ms=0))
+    stop, scrapes, errors = threading.Event(), [0], []
+
+    def scrape() -> None:
+        try:
+            while not stop.is_set():
+                text = get(m.wsgi_app, "", "gzip")[1].decode()
+                parts: dict[str, set] = {}
+                for family in text_string_to_metric_families(text):
+                    for s in family.samples:
+                        if s.name in ("isr_partition_high_watermark", "isr_follower_lag_seconds",
+                                      "isr_partition_leader_log_end_offset"):
+                            g = s.value * (1000 if "lag" in s.name else 1) - (
+                                1 if "offset" in s.name else 0)
+                            parts.setdefault(s.labels["partition"], set()).add(round(g))
+                assert all(len(gs) == 1 for gs in parts.values()), parts
+                scrapes[0] += 1
+        except Exception as exc:  # noqa: BLE001 (the test reports it)
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: between two families
+    reader = threading.Thread(target=scrape)
+    reader.start()
+    g = 0
+    try:
+        while scrapes[0] < 200 and g < 20000 and not errors:
+            parts = range(200) if g % 2 == 0 else range(20)
+            m.observe_records(feed(*(state(p, g) for p in parts)), now=g)
+            g += 1
+    finally:
+        stop.set()
+        reader.join()
+        sys.setswitchinterval(interval)
+    assert not errors, errors[0]
+    assert scrapes[0] >= 200 and g > 20

@@ -17,7 +17,10 @@ to its JMX and kafka_exporter counterpart.
   assignment or became the leader loses its series at once; a partition
   without a state for `metrics.series_ttl_s` (a deleted one) loses all of its.
   They are kept as one tuple per partition (PartitionSeries), not as Gauge
-  children, and made into samples only when scraped.
+  children, and made into samples only when scraped. /metrics
+  (_Exposition) writes their lines itself from label text cached per
+  partition, streamed in chunks, byte for byte what prometheus-client
+  would write (~7x less CPU, no 168 MB string at 100 k partitions).
 - Counters from `isr_change`, `alert` and `dead_letter` records; the stream's
   health from Spark's progress reports and the buckets' watermark; webhook
   outcomes from the deliverer.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import hmac
+import zlib
 import os
 import re
 import ssl
@@ -39,6 +43,12 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.exposition import _escape as _om_escape
+from prometheus_client.openmetrics.exposition import ALLOWUTF8
+from prometheus_client.utils import floatToGoString
+from urllib.parse import parse_qs
 from socketserver import ThreadingMixIn
 
 from isr.config import MetricsSettings
@@ -113,6 +123,8 @@ class PartitionSeries:
         self._lock = threading.Lock()
         # (cluster, policy, topic, partition) -> (values, followers)
         self._entries: dict[tuple, tuple[tuple, tuple]] = {}
+        # the same key -> its label text (labels()), made at its first scrape
+        self._labels: dict[tuple, tuple[str, str]] = {}
 
     def followers(self, key: tuple) -> tuple:
         entry = self._entries.get(key)  # (only the batch's thread writes)
@@ -125,6 +137,7 @@ class PartitionSeries:
     def drop(self, key: tuple) -> None:
         with self._lock:
             self._entries.pop(key, None)
+            self._labels.pop(key, None)
 
     def describe(self) -> list[GaugeMetricFamily]:
         """The names, for the registry (duplicates, `?name[]=` scrapes)."""
@@ -132,24 +145,202 @@ class PartitionSeries:
                 + [GaugeMetricFamily(n, doc, labels=F_LABELS) for n, doc in FOLLOWER_GAUGES])
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
+        """The families, each over one snapshot of the entries taken here
+        (every family sees every partition as one state left it). Their
+        samples are made only if something reads them (prometheus-client's
+        generate_latest, tests); the endpoint writes their lines itself
+        (_Exposition) from the labels cached per partition."""
         with self._lock:
-            entries = list(self._entries.items())
-        rows = [((cluster, topic, str(partition), policy), values, followers)
-                for (cluster, policy, topic, partition), (values, followers) in entries]
-        # One family at a time, as Gauge does: the exposition formats each
-        # before the next is built, so only one family's samples are held.
+            rows = list(self._entries.items())
         for i, (name, doc) in enumerate(PARTITION_GAUGES):
-            family = GaugeMetricFamily(name, doc, labels=P_LABELS)
-            for labels, values, _f in rows:
-                family.add_metric(labels, float(values[i]))
-            yield family
+            yield _SeriesFamily(name, doc, self, rows, i, False)
         for i, (name, doc) in enumerate(FOLLOWER_GAUGES, start=1):
-            family = GaugeMetricFamily(name, doc, labels=F_LABELS)
-            for labels, _v, followers in rows:
-                for f in followers:
-                    if f[i] is not None:
-                        family.add_metric(labels + (str(f[0]),), float(f[i]))
-            yield family
+            yield _SeriesFamily(name, doc, self, rows, i, True)
+
+    def labels(self, rows: list) -> list[tuple[str, str]]:
+        """Each row's label text, as prometheus-client writes it (label names
+        sorted, values escaped): ('{cluster="..",partition="..",policy="..",',
+        'topic=".."}'); a follower's line puts 'replica="..",' between.
+        Cached per partition key, made at its first scrape (not in the batch);
+        a dropped partition's goes with it."""
+        cache = self._labels
+        out, new = [], {}
+        for key, _entry in rows:
+            text = cache.get(key)
+            if text is None:
+                cluster, policy, topic, partition = key
+                text = new[key] = (
+                    f'{{cluster="{_esc(cluster)}",partition="{_esc(str(partition))}",'
+                    f'policy="{_esc(policy)}",', f'topic="{_esc(topic)}"}}')
+            out.append(text)
+        if new:
+            with self._lock:  # only for partitions not dropped meanwhile
+                entries = self._entries
+                cache.update((k, v) for k, v in new.items() if k in entries)
+        return out
+
+
+def _esc(value: str) -> str:
+    """A label value as prometheus-client escapes it (both formats)."""
+    return _om_escape(value, ALLOWUTF8, None)
+
+
+class _SeriesFamily(Metric):
+    """One per-partition or per-follower gauge over a snapshot of
+    PartitionSeries' entries: `samples` is made on demand, the endpoint
+    writes the lines without it (_Exposition._lines)."""
+
+    def __init__(self, name: str, doc: str, series: PartitionSeries, rows: list, index: int,
+                 follower: bool) -> None:
+        super().__init__(name, doc, "gauge")
+        self.series, self.rows, self.index, self.follower = series, rows, index, follower
+
+    @property
+    def samples(self) -> list:
+        family = GaugeMetricFamily(self.name, self.documentation,
+                                   labels=F_LABELS if self.follower else P_LABELS)
+        i = self.index
+        for (cluster, policy, topic, partition), (values, followers) in self.rows:
+            labels = (cluster, topic, str(partition), policy)
+            if not self.follower:
+                family.add_metric(labels, float(values[i]))
+                continue
+            for f in followers:
+                if f[i] is not None:
+                    family.add_metric(labels + (str(f[0]),), float(f[i]))
+        return family.samples
+
+    @samples.setter
+    def samples(self, _value) -> None:  # Metric.__init__ sets []
+        pass
+
+    def any_sample(self) -> bool:
+        if not self.follower:
+            return bool(self.rows)
+        i = self.index
+        return any(f[i] is not None for _k, (_v, fs) in self.rows for f in fs)
+
+    def _restricted_metric(self, names):
+        """`?name[]=`: this family whole if asked and not empty (as
+        Metric._restricted_metric keeps the samples of the names asked)."""
+        return self if self.name in names and self.any_sample() else None
+
+
+class _Exposition:
+    """/metrics: what make_wsgi_app serves, byte for byte (its content
+    negotiation, `?name[]=`, gzip), but PartitionSeries' families written
+    here from cached label text, and the whole streamed in chunks instead
+    of one string (~168 MB at 100 k partitions of RF 3).
+
+    Everything else, and every header line, is prometheus-client's own
+    encoder's output. A format whose sample lines would not be ours (a
+    name escaping that rewrites names: checked on a probe sample, per
+    Accept header) is left to prometheus-client whole."""
+
+    CHUNK = 1 << 18  # characters per chunk written
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.fallback = make_wsgi_app(registry)
+        self._probed: dict[str, bool] = {}
+
+    def __call__(self, environ, start_response):
+        if environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") == "/favicon.ico":
+            return self.fallback(environ, start_response)
+        accept = environ.get("HTTP_ACCEPT")
+        encoder, content_type = choose_encoder(accept)
+        if not self._ours(accept or "", encoder):
+            return self.fallback(environ, start_response)
+        params = parse_qs(environ.get("QUERY_STRING", ""))
+        headers = [("Content-Type", content_type)]
+        chunks = self.chunks(encoder, params.get("name[]"))
+        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING")):
+            headers.append(("Content-Encoding", "gzip"))
+            chunks = _gzip(chunks)
+        start_response("200 OK", headers)
+        return chunks
+
+    def _ours(self, accept: str, encoder) -> bool:
+        """Whether prometheus-client writes a sample line of ours as we do."""
+        ok = self._probed.get(accept)
+        if ok is None:
+            rows = [(("c\\a\"b\nc", 'p"1', "t.o-p_ic", 7),
+                     ((3, 2, -1, 2, 1, 0, 1, 123456789, 1e21, 1.5),
+                      ((2, None, 0.25, 1), (3, 1e-7, None, 0))))]
+            probe = PartitionSeries()
+            families = [_SeriesFamily(n, d, probe, rows, i, False)
+                        for i, (n, d) in enumerate(PARTITION_GAUGES)] + [
+                _SeriesFamily(n, d, probe, rows, i, True)
+                for i, (n, d) in enumerate(FOLLOWER_GAUGES, start=1)]
+            plain = [GaugeMetricFamily(f.name, f.documentation) for f in families]
+            for f, g in zip(families, plain):
+                g.samples = f.samples
+            try:
+                ok = b"".join(self._write(families, encoder)) == encoder(_Collected(plain))
+            except Exception:  # noqa: BLE001 (prometheus-client then does it all)
+                ok = False
+            self._probed[accept] = ok
+        return ok
+
+    def chunks(self, encoder, names: Optional[list]) -> Iterable[bytes]:
+        """The exposition in chunks: the registry's families in its order
+        (RestrictedRegistry's with `names`, as prometheus-client does)."""
+        registry = self.registry.restricted_registry(names) if names else self.registry
+        return self._write(registry.collect(), encoder)
+
+    def _write(self, families: Iterable[Metric], encoder) -> Iterable[bytes]:
+        end = encoder(_Collected([]))  # b"" or OpenMetrics' b"# EOF\n"
+        others: list[Metric] = []
+        for family in families:
+            if not isinstance(family, _SeriesFamily):
+                others.append(family)
+                continue
+            if others:
+                yield encoder(_Collected(others))[:-len(end) or None]
+                others = []
+            head = encoder(_Collected([Metric(family.name, family.documentation, "gauge")]))
+            yield head[:-len(end) or None]
+            yield from self._lines(family)
+        if others:
+            yield encoder(_Collected(others))[:-len(end) or None]
+        if end:
+            yield end
+
+    def _lines(self, family: _SeriesFamily) -> Iterable[bytes]:
+        rows = family.rows
+        labels = family.series.labels(rows)
+        name, i, fmt = family.name, family.index, floatToGoString
+        step = max(1, self.CHUNK // 100)
+        for start in range(0, len(rows), step):
+            part = zip(labels[start:start + step], rows[start:start + step])
+            if not family.follower:
+                text = "".join([f"{name}{head}{tail} {fmt(values[i])}\n"
+                                for (head, tail), (_k, (values, _f)) in part])
+            else:
+                text = "".join([f'{name}{head}replica="{f[0]}",{tail} {fmt(f[i])}\n'
+                                for (head, tail), (_k, (_v, followers)) in part
+                                for f in followers if f[i] is not None])
+            if text:
+                yield text.encode()
+
+
+class _Collected:
+    """Families already collected, as a registry for prometheus-client's encoders."""
+
+    def __init__(self, families: list) -> None:
+        self.families = families
+
+    def collect(self) -> list:
+        return self.families
+
+
+def _gzip(chunks: Iterable[bytes]) -> Iterable[bytes]:
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip container
+    for chunk in chunks:
+        out = z.compress(chunk)
+        if out:
+            yield out
+    yield z.flush()
 
 
 def _flags(s: dict) -> tuple[bool, ...]:
@@ -216,13 +407,14 @@ class Metrics(Sink):
                                   "Memory Spark's state store uses (its progress report's "
                                   "memoryUsedBytes, summed over stateful operators).",
                                   registry=r)
+        self.wsgi_app = _Exposition(r)  # what /metrics serves (serve())
 
     # ------------------------------------------------------------ endpoint
     def serve(self) -> bool:
         """Serve /metrics (TLS and basic auth if configured); a busy port is
         reported, not fatal (the job matters more)."""
         s = self.settings
-        app = make_wsgi_app(self.registry)
+        app = self.wsgi_app
         if s.basic_auth_username:
             password = os.environ.get(s.basic_auth_password_env or "", "")
             app = _basic_auth(app, s.basic_auth_username, password)
