@@ -449,6 +449,18 @@ def test_the_endpoint_serves_what_prometheus_client_would_with_escaped_labels(ac
     assert get(m.wsgi_app, accept)[1] == prometheus_client_gives(m, accept)  # all expired
 
 
+def test_without_the_escaping_it_reads_prometheus_client_serves_alone(monkeypatch):
+    """A prometheus-client without the (private) label escaping the
+    endpoint's writer borrows: /metrics is make_wsgi_app's, same text."""
+    from isr.sinks import prometheus
+
+    monkeypatch.setattr(prometheus, "_om_escape", None)
+    m = Metrics(MetricsSettings())
+    m.observe_records(escaping_states())
+    assert get(m.wsgi_app)[1] == prometheus_client_gives(m)
+    assert not m.series._labels  # our writer never ran
+
+
 def time_now() -> float:
     import time
     return time.time()

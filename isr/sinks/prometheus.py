@@ -30,14 +30,16 @@ from __future__ import annotations
 
 import base64
 import hmac
-import zlib
 import os
 import re
 import ssl
 import sys
 import threading
 import time
+import zlib
+from socketserver import ThreadingMixIn
 from typing import Iterable, Optional
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import orjson
@@ -45,11 +47,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.metrics_core import Metric
-from prometheus_client.openmetrics.exposition import _escape as _om_escape
-from prometheus_client.openmetrics.exposition import ALLOWUTF8
 from prometheus_client.utils import floatToGoString
-from urllib.parse import parse_qs
-from socketserver import ThreadingMixIn
+
+try:  # prometheus-client's label escaping (0.26; private): _Exposition's labels
+    from prometheus_client.openmetrics.exposition import ALLOWUTF8
+    from prometheus_client.openmetrics.exposition import _escape as _om_escape
+except ImportError:  # another version: /metrics is make_wsgi_app's alone
+    _om_escape = None
 
 from isr.config import MetricsSettings
 from isr.contract.records import PARTITION_METRICS, WATERMARK, OutputRecord
@@ -407,7 +411,8 @@ class Metrics(Sink):
                                   "Memory Spark's state store uses (its progress report's "
                                   "memoryUsedBytes, summed over stateful operators).",
                                   registry=r)
-        self.wsgi_app = _Exposition(r)  # what /metrics serves (serve())
+        # what /metrics serves (serve())
+        self.wsgi_app = _Exposition(r) if _om_escape is not None else make_wsgi_app(r)
 
     # ------------------------------------------------------------ endpoint
     def serve(self) -> bool:
