@@ -341,11 +341,7 @@ def test_a_scrape_during_batches_never_fails_and_never_shows_a_partition_half_wr
     generation g of these states sets HW g, LEO g + 1, ts T0 + g, lags g ms
     and (odd g) moves replica 3 to 4; partitions 20-199 come and go (TTL
     0.5 s, one batch a second). Each partition in a scrape must be one generation whole."""
-    import sys
-    import threading
-
     m = Metrics(MetricsSettings(series_ttl_s=0.5, refresh_interval_ms=0))
-    stop, scrapes, errors = threading.Event(), [0], []
 
     def check(families) -> None:
         parts: dict[str, dict] = {}
@@ -365,31 +361,45 @@ def test_a_scrape_during_batches_never_fails_and_never_shows_a_partition_half_wr
             assert {k: got[k] for k in got if k in want or k[1] is not None} == want, (p, g)
             assert int(p) < 20 or g % 2 == 0, (p, g)  # 20-199 expire in odd generations
 
-    def scrape() -> None:
+    scrapes_during_batches(m, lambda: check(m.registry.collect()),  # what /metrics formats
+                           300, lambda g: (1, 2, 3) if g % 2 == 0 else (1, 2, 4))
+
+
+def scrapes_during_batches(m: Metrics, scrape, want: int, replicas=lambda g: (1, 2, 3)) -> None:
+    """`scrape()` (it asserts) in a thread, again and again, while this one
+    writes generation g = 0, 1, ... (`state`) of partitions 0-199 (even g) or
+    0-19 (odd g, so 20-199 expire), switching threads as often as the
+    interpreter can (within a partition's write, between two families),
+    until `want` scrapes; the first failure of a scrape fails the test."""
+    import sys
+    import threading
+
+    stop, scrapes, errors = threading.Event(), [0], []
+
+    def reader() -> None:
         try:
             while not stop.is_set():
-                check(m.registry.collect())  # the families /metrics formats
+                scrape()
                 scrapes[0] += 1
         except Exception as exc:  # noqa: BLE001 (the test reports it)
             errors.append(exc)
 
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads often: within a partition's write
-    reader = threading.Thread(target=scrape)
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=reader)
+    thread.start()
+    g = 0
     try:
-        reader.start()
-        g = 0
-        while scrapes[0] < 300 and g < 20000 and not errors:
+        while scrapes[0] < want and g < 20000 and not errors:
             parts = range(200) if g % 2 == 0 else range(20)
-            replicas = (1, 2, 3) if g % 2 == 0 else (1, 2, 4)
-            m.observe_records(feed(*(state(p, g, replicas=replicas) for p in parts)), now=g)
+            m.observe_records(feed(*(state(p, g, replicas=replicas(g)) for p in parts)), now=g)
             g += 1
     finally:
         stop.set()
-        reader.join()
+        thread.join()
         sys.setswitchinterval(interval)
     assert not errors, errors[0]
-    assert scrapes[0] >= 300 and g > 20  # scrapes and batches did overlap
+    assert scrapes[0] >= want and g > 20  # scrapes and batches did overlap
 
 
 # ---------------------------------------------------------------- the endpoint's writer
@@ -520,44 +530,20 @@ def test_the_endpoint_over_http_streams_the_same_text():
 def test_a_served_scrape_during_batches_is_each_partition_whole():
     """As the thread test above, through the endpoint's writer: the text of
     one scrape shows every partition of one generation, in every family."""
-    import sys
-    import threading
-
     from prometheus_client.parser import text_string_to_metric_families
 
     m = Metrics(MetricsSettings(series_ttl_s=0.5, refresh_interval_ms=0))
-    stop, scrapes, errors = threading.Event(), [0], []
 
     def scrape() -> None:
-        try:
-            while not stop.is_set():
-                text = get(m.wsgi_app, "", "gzip")[1].decode()
-                parts: dict[str, set] = {}
-                for family in text_string_to_metric_families(text):
-                    for s in family.samples:
-                        if s.name in ("isr_partition_high_watermark", "isr_follower_lag_seconds",
-                                      "isr_partition_leader_log_end_offset"):
-                            g = s.value * (1000 if "lag" in s.name else 1) - (
-                                1 if "offset" in s.name else 0)
-                            parts.setdefault(s.labels["partition"], set()).add(round(g))
-                assert all(len(gs) == 1 for gs in parts.values()), parts
-                scrapes[0] += 1
-        except Exception as exc:  # noqa: BLE001 (the test reports it)
-            errors.append(exc)
+        text = get(m.wsgi_app, "", "gzip")[1].decode()
+        parts: dict[str, set] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name in ("isr_partition_high_watermark", "isr_follower_lag_seconds",
+                              "isr_partition_leader_log_end_offset"):
+                    g = s.value * (1000 if "lag" in s.name else 1) - (
+                        1 if "offset" in s.name else 0)
+                    parts.setdefault(s.labels["partition"], set()).add(round(g))
+        assert all(len(gs) == 1 for gs in parts.values()), parts
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads often: between two families
-    reader = threading.Thread(target=scrape)
-    reader.start()
-    g = 0
-    try:
-        while scrapes[0] < 200 and g < 20000 and not errors:
-            parts = range(200) if g % 2 == 0 else range(20)
-            m.observe_records(feed(*(state(p, g) for p in parts)), now=g)
-            g += 1
-    finally:
-        stop.set()
-        reader.join()
-        sys.setswitchinterval(interval)
-    assert not errors, errors[0]
-    assert scrapes[0] >= 200 and g > 20
+    scrapes_during_batches(m, scrape, 200)
