@@ -156,10 +156,14 @@ class PartitionSeries:
         (_Exposition) from the labels cached per partition."""
         with self._lock:
             rows = list(self._entries.items())
-        for i, (name, doc) in enumerate(PARTITION_GAUGES):
-            yield _SeriesFamily(name, doc, self, rows, i, False)
-        for i, (name, doc) in enumerate(FOLLOWER_GAUGES, start=1):
-            yield _SeriesFamily(name, doc, self, rows, i, True)
+        return self.families(rows)
+
+    def families(self, rows: list) -> list["_SeriesFamily"]:
+        """The 13 gauges over `rows` ((key, (values, followers)) pairs)."""
+        return ([_SeriesFamily(name, doc, self, rows, i, False)
+                 for i, (name, doc) in enumerate(PARTITION_GAUGES)]
+                + [_SeriesFamily(name, doc, self, rows, i, True)
+                   for i, (name, doc) in enumerate(FOLLOWER_GAUGES, start=1)])
 
     def labels(self, rows: list) -> list[tuple[str, str]]:
         """Each row's label text, as prometheus-client writes it (label names
@@ -271,11 +275,7 @@ class _Exposition:
             rows = [(("c\\a\"b\nc", 'p"1', "t.o-p_ic", 7),
                      ((3, 2, -1, 2, 1, 0, 1, 123456789, 1e21, 1.5),
                       ((2, None, 0.25, 1), (3, 1e-7, None, 0))))]
-            probe = PartitionSeries()
-            families = [_SeriesFamily(n, d, probe, rows, i, False)
-                        for i, (n, d) in enumerate(PARTITION_GAUGES)] + [
-                _SeriesFamily(n, d, probe, rows, i, True)
-                for i, (n, d) in enumerate(FOLLOWER_GAUGES, start=1)]
+            families = PartitionSeries().families(rows)
             plain = [GaugeMetricFamily(f.name, f.documentation) for f in families]
             for f, g in zip(families, plain):
                 g.samples = f.samples
