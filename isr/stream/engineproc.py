@@ -45,6 +45,7 @@ import traceback
 from typing import Optional
 
 from isr.signals import pid_alive
+from isr.stream import trim
 
 ENV = "ISR_ENGINE_PROCESS"
 IDLE_ENV = "ISR_ENGINE_IDLE_S"
@@ -240,7 +241,13 @@ def serve(path: str, owner: int) -> None:
                 request = _recv(conn)
                 if request == "stop":
                     leave()
-                _send(conn, _handle(request))
+                reply = _handle(request)
+                # The batch (its packs, the old row) is not kept while the
+                # reply is pickled, nor until the next call's arrives.
+                del request
+                _send(conn, reply)
+                del reply
+                trim.give_back()  # what the call freed (trim.py)
         except (OSError, EOFError):
             pass  # the worker went away (its task killed): its call is dropped
         last = time.monotonic()

@@ -24,6 +24,7 @@ from isr.stream.packing import PACKED_SCHEMA, make_packer
 from isr.stream.propagation import HadoopStore, PropagationStage
 from isr.stream.buckets import AUTO, SHUFFLE_PARTITIONS, resolve
 from isr.stream.partitioning import bucket_labels
+from isr.stream import trim
 
 STATE_STORE_PROVIDERS = {
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
@@ -275,6 +276,7 @@ def collect_records(df) -> list[OutputRecord]:
     makes a Row of each in Python."""
     table = df.toArrow()
     columns = [table.column(name).to_pylist() for name in OutputRecord._fields]
+    del table  # (Arrow's copy of the batch: not held while the records are made)
     return list(map(OutputRecord._make, zip(*columns)))
 
 
@@ -308,6 +310,8 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
     def each_batch(df, batch_id: int) -> None:
         records = collect_records(df)
         write_batch(batch_id, records if stage is None else stage.batch(batch_id, records))
+        del records
+        trim.give_back()  # the collected batch (trim.py)
 
     trigger = trigger or {"processingTime": settings.stream.trigger_interval}
     return (out.writeStream.foreachBatch(each_batch)

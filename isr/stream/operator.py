@@ -37,7 +37,7 @@ from isr.engine.summary import model_stats
 from isr.errors import CheckpointError
 from isr.gc_tuning import no_gc_passes_in_call
 from isr.pipeline.listeners import standard_listeners
-from isr.stream import engineproc, statelog
+from isr.stream import engineproc, statelog, trim
 from isr.stream.packing import END_OF_RUN, PACK_COLUMNS, hold_of, session_home, unpack
 from isr.stream.throttle import StateThrottle
 
@@ -342,9 +342,14 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
         else:
             rows, row = _call_rows(_processor(settings_json), layout, blob, packs, summaries,
                                    query)
+        del blob, packs, summaries  # not held while the output is made and handed over
         state.update((row,))
         if rows:
-            yield pd.DataFrame(rows, columns=list(OutputRecord._fields))
+            frame = pd.DataFrame(rows, columns=list(OutputRecord._fields))
+            del rows
+            yield frame
+            del frame
+        trim.give_back()  # the batch's records, its old and new row (trim.py)
 
     return process_bucket
 

@@ -31,6 +31,7 @@ from isr.contract.events import BROKER, LEADER, SCOPE
 from isr.contract.fast import ENCODER, encode
 from isr.engine.sequencer import FUTURE, future_reason, is_future
 from isr.gc_tuning import fewer_gc_passes
+from isr.stream import trim
 
 # Records that are not events, made by the monitor's own sources; a Kafka
 # record cannot pass for one, whatever its bytes. The end of a bounded input
@@ -324,5 +325,6 @@ def make_packer(labels: Sequence[int], max_future_ms: int, live: bool):
                 clock_us = batch.column("clock")[0].value
                 clock_ms = None if clock_us is None else clock_us // 1000
             yield pack_batch(packer, batch, clock_ms)
+        trim.give_back()  # the task's decoded records (trim.py)
 
     return pack_batches
