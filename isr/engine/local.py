@@ -278,7 +278,14 @@ class LocalEngine:
         outcome = APPLIED
         key = (event.cluster, event.topic, event.partition)
         brokers = self.brokers.get(event.cluster) or self._brokers_of(event.cluster)
-        apply_to = self._apply_to_model
+        # Most events are fetches: taken as their values (apply_fetch), read
+        # once for every policy (_apply_to_model's first case).
+        fetch = None
+        if event.type == "fetch" and self.fetch_values:
+            received_ts, broker_epoch = event.received_ts, event.broker_epoch
+            fetch = (event.replica, event.leader, event.leader_epoch, ts,
+                     ts if received_ts is None else received_ts, event.fetch_offset,
+                     event.leader_leo, -1 if broker_epoch is None else broker_epoch, brokers)
         first = True
         for policy, parts in self.partitions.items():
             model = parts.get(key)
@@ -287,7 +294,10 @@ class LocalEngine:
                     self.rules[policy], event, self.monitor.min_isr_for(event.topic))
                 parts[model.key] = model  # its key of the model's own (interned) names
                 self._register(model)
-            result = apply_to(model, event, brokers)
+            if fetch is not None:
+                result = self.apply_fetch(model, *fetch)
+            else:
+                result = self._apply_to_model(model, event, brokers)
             if first and result is not None:
                 outcome = Outcome(result[0], result[1])
                 if result[0] == "ignored":
@@ -384,10 +394,11 @@ class LocalEngine:
         without `_prepare`'s general steps: True if applied so (outcome
         None), False if not (nothing changed that apply_fetch would not do
         first: it takes the fetch). `_prepare`'s steps, as they fall here:
-        the settle; no check runs (ts <= next_check); no listener's
-        on_advance acts (gated, and ts <= its wake); marked changed."""
-        if ts <= self.reached:
-            self._settle(model)
+        the settle and the mark as changed, which the caller made (the
+        session catch-up, SessionDriver.catch_up and _apply_entry: `reached`
+        stands while it runs, and a settle only raises next_check to a
+        floor it then keeps); no check runs (ts <= next_check); no
+        listener's on_advance acts (gated, and ts <= its wake)."""
         if self._on_advance:
             w = model.watch
             if w is None or ts > w.wake or self._ungated_advance:
@@ -398,7 +409,6 @@ class LocalEngine:
         if not model.due_dirty:  # deadlines.touch, inline
             model.due_dirty = True
             self.deadlines.dirty.append(model)
-        self.dirty[id(model)] = model
         out = self.decisions
         for hook in self._on_fetch:
             hook(model, replica, ts, fetch_ts, None, out)
