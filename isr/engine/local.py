@@ -285,7 +285,8 @@ class LocalEngine:
             received_ts, broker_epoch = event.received_ts, event.broker_epoch
             fetch = (event.replica, event.leader, event.leader_epoch, ts,
                      ts if received_ts is None else received_ts, event.fetch_offset,
-                     event.leader_leo, -1 if broker_epoch is None else broker_epoch, brokers)
+                     event.leader_leo, -1 if broker_epoch is None else broker_epoch, brokers,
+                     True)  # catch_up: its sessions' fetches first
         first = True
         for policy, parts in self.partitions.items():
             model = parts.get(key)
