@@ -30,6 +30,7 @@ from isr.pipeline.listeners import standard_listeners
 from isr.pipeline.results import TOO_LONG, Progress, ReplayResult, ReplayStats, too_long
 
 LINES_PER_DECODE = 4096  # lines decoded together when files are merged (else a block's)
+READ_BYTES = 1 << 20  # a block read (`_line_chunks`): ~4,000 lines, as many decoded together
 REPLAY_LOG_CUT_FACTOR = 4  # SessionDriver.cut_factor for `isr replay` (the default: 2)
 
 
@@ -37,8 +38,9 @@ def _line_chunks(sources: list[str], progress: Optional[Progress],
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
                  ) -> Iterator[list[tuple[str, int, Line]]]:
     """(source name, 1-based line number, raw bytes) for every non-blank line,
-    a list per block read (`block_line_lists`: one read per 4 MiB and a list
-    comprehension per block, not a readline and a generator step per line);
+    a list per block read (`block_line_lists`: one read per READ_BYTES and a
+    list comprehension per block, not a readline and a generator step per
+    line);
     `Overlong` instead of the bytes for a line over `max_line_bytes`."""
     progress = progress or Progress()
     with ExitStack() as stack:
@@ -51,7 +53,7 @@ def _line_chunks(sources: list[str], progress: Optional[Progress],
                 total = Path(name).stat().st_size
             task = progress.start("stdin" if name == "-" else Path(name).name, total)
             number = 0
-            for lines in block_line_lists(stream, max_line_bytes):
+            for lines in block_line_lists(stream, max_line_bytes, READ_BYTES):
                 chunk = [(name, n, raw if raw.__class__ is Overlong else raw.rstrip(b"\r"))
                          for n, raw in enumerate(lines, number + 1)
                          if raw.__class__ is Overlong or raw.strip()]
