@@ -296,15 +296,7 @@ class LocalEngine:
         outcome = APPLIED
         key = (event.cluster, event.topic, event.partition)
         brokers = self.brokers.get(event.cluster) or self._brokers_of(event.cluster)
-        # Most events are fetches: taken as their values (apply_fetch), read
-        # once for every policy (_apply_to_model's first case).
-        fetch = None
-        if event.type == "fetch" and self.fetch_values:
-            received_ts, broker_epoch = event.received_ts, event.broker_epoch
-            fetch = (event.replica, event.leader, event.leader_epoch, ts,
-                     ts if received_ts is None else received_ts, event.fetch_offset,
-                     event.leader_leo, -1 if broker_epoch is None else broker_epoch, brokers,
-                     True)  # catch_up: its sessions' fetches first
+        apply_to = self._apply_to_model
         first = True
         for policy, parts in self.partitions.items():
             model = parts.get(key)
@@ -313,10 +305,7 @@ class LocalEngine:
                     self.rules[policy], event, self.monitor.min_isr_for(event.topic))
                 parts[model.key] = model  # its key of the model's own (interned) names
                 self._register(model)
-            if fetch is not None:
-                result = self.apply_fetch(model, *fetch)
-            else:
-                result = self._apply_to_model(model, event, brokers)
+            result = apply_to(model, event, brokers)
             if first and result is not None:
                 outcome = Outcome(result[0], result[1])
                 if result[0] == "ignored":
