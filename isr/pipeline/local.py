@@ -52,14 +52,16 @@ def _line_chunks(sources: list[str], progress: Optional[Progress],
                 stream = stack.enter_context(open(name, "rb"))
                 total = Path(name).stat().st_size
             task = progress.start("stdin" if name == "-" else Path(name).name, total)
-            number = 0
+            number = read = 0
+            seekable = stream.seekable()
             for lines in block_line_lists(stream, max_line_bytes, READ_BYTES):
                 chunk = [(name, n, raw if raw.__class__ is Overlong else raw.rstrip(b"\r"))
                          for n, raw in enumerate(lines, number + 1)
                          if raw.__class__ is Overlong or raw.strip()]
                 number += len(lines)
-                if total is not None:
-                    progress.advance(task, stream.tell())
+                read = stream.tell() if seekable else read + len(lines) + sum(
+                    len(x) if x.__class__ is bytes else x.length for x in lines)  # (a pipe)
+                progress.advance(task, read)
                 if chunk:
                     yield chunk
             progress.done(task)
