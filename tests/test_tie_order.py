@@ -21,7 +21,7 @@ from isr.contract import Rejection, validate
 from isr.contract.decisions import output_order
 from isr.contract.events import BROKER, LEADER, SCOPE, routing_key
 from isr.contract.policies import POLICIES
-from isr.engine.local import LocalEngine, tie_rank
+from isr.engine.local import LocalEngine, in_tie_order, tie_rank
 from isr.pipeline.listeners import local_engine
 
 EXAMPLES = int(os.environ.get("ISR_TIE_EXAMPLES", "200"))
@@ -97,6 +97,26 @@ def test_a_stalled_leaders_resume_decides_the_same_whichever_same_ts_event_comes
 def test_tie_rank_orders_broker_then_partition_then_session_events():
     broker = _ev({"type": "broker", "ts": T0, "broker": 2, "broker_epoch": 5, "state": "fenced"})
     assert tie_rank(broker) < tie_rank(_append(0, 1)) < tie_rank(_session(0, 2, 0, {}))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 4)), max_size=40))
+def test_a_release_is_applied_by_ts_then_tie_rank_then_arrival(steps):
+    """in_tie_order sorts only the runs of one ts that are out of rank
+    order: the result is still the whole release sorted by (ts, tie_rank),
+    stably."""
+    def broker(t: int, broker_id: int):
+        return _ev({"type": "broker", "ts": T0 + t, "broker": broker_id, "broker_epoch": 5,
+                    "state": "fenced"})
+
+    kinds = [lambda t: _append(t, 1), lambda t: _session(t, 2, 0, {}),
+             lambda t: _session(t, 3, 0, {}), lambda t: broker(t, 2), lambda t: broker(t, 1)]
+    t, release = 0, []
+    for seq, (later, kind) in enumerate(steps):
+        t += later
+        ev = kinds[kind](t)
+        release.append((ev.ts, seq, ev, None))
+    assert in_tie_order(release) == sorted(release, key=lambda e: (e[0], tie_rank(e[2])))
 
 
 # ---------------------------------------------------------------- property

@@ -1,8 +1,8 @@
 """Bytes in, a validated event or a typed rejection out. Never raises.
 
 Valid messages take the fast path (msgspec structs generated from the
-contract, contract/fast.py); `decode_many` takes a whole batch of them in one
-call. A message the fast path refuses is examined
+contract, contract/fast.py); `decode_many` takes a whole batch of them,
+without a Python step per message. A message the fast path refuses is examined
 again with pydantic, step by step, for the one-line reason that lands in its
 dead-letter record: it names the field and the value that made the message
 impossible.
@@ -72,8 +72,8 @@ def decode(raw: Union[bytes, str, None]) -> Union[Any, Rejection]:
 
 
 def decode_many(raws: Sequence, size: int = DECODE_CHUNK) -> list:
-    """`decode` of each message, the valid ones in one msgspec call per chunk
-    of `size` (`decode_valid`); a chunk with a bad message is decoded again
+    """`decode` of each message, the valid ones a chunk of `size` at a time
+    (`decode_valid`); a chunk with a bad message is decoded again
     in chunks of `DECODE_CHUNK` and, below that, one message at a time, so a
     bad message costs only its own small chunk: the result and every reason
     are exactly `decode`'s."""
@@ -89,29 +89,20 @@ def decode_many(raws: Sequence, size: int = DECODE_CHUNK) -> list:
 
 
 def decode_valid(raws: Sequence) -> Optional[list]:
-    """Each message's event, in one msgspec call, if every message is a
-    valid event; None if one is not (or may not be).
+    """Each message's event, if every message is a valid event; None if one
+    is not (or may not be).
 
-    The messages are joined by newlines and decoded as a sequence of JSON
-    values (msgspec's `decode_lines`, which reads whitespace-separated
-    values, not strictly one per line). That is each message's own verdict
-    only if no value can span two messages: so every message must start
-    with `{`, end with `}` and hold no newline. A newline then sits only
-    between `}` and `{`, which no JSON value holds inside (nor a string,
-    which cannot hold a raw newline): each message parses on its own, each
-    gives at least one value, and as many values as messages means one
-    each."""
+    Each message is decoded on its own by msgspec, called from C for the
+    whole chunk (`map`): no Python step per message, and no reasoning about
+    where one message ends. (Joining the messages with newlines and
+    decoding them in one `decode_lines` call, as before, needed two scans
+    of the joined bytes to make sure no value spanned two messages, and
+    cost more than it saved: docs/benchmarks.md, issue 23, branch
+    `modelcost`.)"""
     try:
-        joined = b"\n".join(raws)  # TypeError on None (a tombstone) or text
-        seams = len(raws) - 1
-        if (joined[:1] == b"{" and joined[-1:] == b"}" and joined.count(b"\n") == seams
-                and joined.count(b"}\n{") == seams):
-            events = fast.DECODER.decode_lines(joined)
-            if len(events) == len(raws):
-                return events
+        return list(map(fast.DECODER.decode, raws))
     except Exception:  # noqa: BLE001 - one bad message: decode() says which and why
-        pass
-    return None
+        return None
 
 
 def _decode_guarded(raw) -> Union[Any, Rejection]:

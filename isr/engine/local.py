@@ -71,21 +71,39 @@ def tie_rank(event) -> int:
 def in_tie_order(entries: list) -> list:
     """Released (ts, seq, event, origin) entries, in (ts, seq) order, with
     each ts's events stably sorted by `tie_rank`; the same list when they
-    already are (the common case)."""
+    already are (the common case). The events of one ts are together, so
+    only a run of one ts whose ranks are out of order is sorted (a session
+    input has such runs in most releases: sorting the whole release by
+    (ts, rank) instead cost a key call per event)."""
     if {entry[2].type for entry in entries} <= _PARTITION_TYPES:
         return entries  # one rank: nothing to reorder (a per-partition input)
     ranks, rank_of = _TIE_RANK, tie_rank
-    last_ts, last_rank = None, 0
-    for ts, _seq, event, _origin in entries:
+    out = entries
+    start, last_ts, last_rank, unordered = 0, None, 0, False
+    for i, (ts, _seq, event, _origin) in enumerate(entries):
         rank = ranks.get(event.type)
         if rank is None:
             rank = rank_of(event)
-        if ts == last_ts and rank < last_rank:
-            break
-        last_ts, last_rank = ts, rank
-    else:
-        return entries
-    return sorted(entries, key=lambda e: (e[0], tie_rank(e[2])))
+        if ts != last_ts:
+            if unordered:
+                out = _sorted_run(entries, out, start, i)
+                unordered = False
+            start, last_ts = i, ts
+        elif rank < last_rank:
+            unordered = True
+        last_rank = rank
+    if unordered:
+        out = _sorted_run(entries, out, start, len(entries))
+    return out
+
+
+def _sorted_run(entries: list, out: list, start: int, end: int) -> list:
+    """`out` (a copy of `entries` once one run is sorted) with the run
+    entries[start:end], of one ts, stably sorted by tie_rank."""
+    if out is entries:
+        out = list(entries)
+    out[start:end] = sorted(entries[start:end], key=lambda e: tie_rank(e[2]))
+    return out
 
 
 def rules_for(monitor: MonitorSettings, policy: str) -> Rules:
@@ -384,10 +402,11 @@ class LocalEngine:
         without `_prepare`'s general steps: True if applied so (outcome
         None), False if not (nothing changed that apply_fetch would not do
         first: it takes the fetch). `_prepare`'s steps, as they fall here:
-        the settle; no check runs (ts <= next_check); no listener's
-        on_advance acts (gated, and ts <= its wake); marked changed."""
-        if ts <= self.reached:
-            self._settle(model)
+        the settle and the mark as changed, which the caller made (the
+        session catch-up, SessionDriver.catch_up and _apply_entry: `reached`
+        stands while it runs, and a settle only raises next_check to a
+        floor it then keeps); no check runs (ts <= next_check); no
+        listener's on_advance acts (gated, and ts <= its wake)."""
         if self._on_advance:
             w = model.watch
             if w is None or ts > w.wake or self._ungated_advance:
@@ -398,7 +417,6 @@ class LocalEngine:
         if not model.due_dirty:  # deadlines.touch, inline
             model.due_dirty = True
             self.deadlines.dirty.append(model)
-        self.dirty[id(model)] = model
         out = self.decisions
         for hook in self._on_fetch:
             hook(model, replica, ts, fetch_ts, None, out)

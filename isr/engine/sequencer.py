@@ -74,7 +74,9 @@ class Sequencer:
         elif max_ts >= 0:
             if ts < max_ts - self.allowed_lateness_ms:
                 return LATE
-            if self.max_future_ms is not None and is_future(ts, max_ts, self.max_future_ms):
+            # (A future ts is past max_ts: max_future_ms >= 0.)
+            if (ts > max_ts and self.max_future_ms is not None
+                    and is_future(ts, max_ts, self.max_future_ms)):
                 return FUTURE
         if ts > max_ts:
             self.max_ts = ts

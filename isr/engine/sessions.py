@@ -109,7 +109,9 @@ class SessionDriver:
         """Apply a fetch_session event: its listed partitions now, the others lazily."""
         S = self.sessions
         S.order += 1
-        entry = (ev.ts, ev.fetch_ts, -2 if ev.broker_epoch is None else ev.broker_epoch, S.order)
+        ts, received_ts, broker_epoch = ev.ts, ev.received_ts, ev.broker_epoch
+        entry = (ts, ts if received_ts is None else received_ts,  # (ev.fetch_ts, inline)
+                 -2 if broker_epoch is None else broker_epoch, S.order)
         session, replaced, anomaly = S.resolve(ev)
         if anomaly is not None and self.counts_anomaly(ev):
             S.anomalies[anomaly] += 1
@@ -125,7 +127,8 @@ class SessionDriver:
             session.epoch = next_epoch(ev.session_epoch)
             hard = True  # no previous fetch
         else:
-            S.bind(session, ev.session_id)
+            if session.session_id != ev.session_id:
+                S.bind(session, ev.session_id)
             session.epoch = next_epoch(ev.session_epoch)
             for p in ev.forgotten:
                 self._forget(session, (p.topic, p.partition))

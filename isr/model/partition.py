@@ -249,13 +249,23 @@ class PartitionModel:
         """`apply` of a `fetch`, given as its values (`broker_epoch` -1: not
         sent): a session fetch is applied without building the event
         (isr/engine/sessions.py)."""
-        self._step_to(ts, brokers, out)
+        if ts > self.next_check or self.stall_check_at >= 0:
+            self._step_to(ts, brokers, out)
+        elif ts > self.ts:  # _step_to when no check and no stall is due: most fetches
+            self.ts = ts
         if self.leader < 0:
             return NO_LEADER
         if leader_epoch != self.leader_epoch or leader != self.leader:
             return STALE_EPOCH
-        if ts > self.leader_active_ts:
-            self._note_activity(ts)
+        last = self.leader_active_ts
+        if ts > last:
+            # _note_activity, whose rule only acts after a gap longer than
+            # the stall bound (stall_bound_ms, inline): most fetches come
+            # within it.
+            if last >= 0 and ts - last > self.rules.replica_lag_time_max_ms:
+                self._note_activity(ts)
+            else:
+                self.leader_active_ts = ts
         if self.stall_check_at >= 0:
             self._resume_check(ts, brokers, out)
         # What the fetch does (Kafka's updateFollowerFetchState).

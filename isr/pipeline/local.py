@@ -21,22 +21,26 @@ from isr.config import MonitorSettings
 from isr.contract import DeadLetter, Rejection
 from isr.contract.decisions import PartitionStates, output_order
 from isr.contract.decode import decode_many
-from isr.engine.local import LocalEngine
-from isr.engine.sequencer import FUTURE, LATE
+from isr.engine.local import APPLIED, LocalEngine
 from isr.engine.summary import summary
 from isr.engine.whatif import WhatIf
 from isr.gc_tuning import no_gc_passes
-from isr.linecap import DEFAULT_MAX_LINE_BYTES, Line, Overlong, bounded_lines
+from isr.linecap import DEFAULT_MAX_LINE_BYTES, Line, Overlong, block_line_lists
 from isr.pipeline.listeners import standard_listeners
 from isr.pipeline.results import TOO_LONG, Progress, ReplayResult, ReplayStats, too_long
 
-LINES_PER_DECODE = 4096  # lines decoded together (decode_many)
+LINES_PER_DECODE = 4096  # lines decoded together when files are merged (else a block's)
+READ_BYTES = 1 << 20  # a block read (`_line_chunks`): ~4,000 lines, as many decoded together
 REPLAY_LOG_CUT_FACTOR = 4  # SessionDriver.cut_factor for `isr replay` (the default: 2)
 
 
-def _lines(sources: list[str], progress: Optional[Progress],
-           max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[tuple[str, int, Line]]:
-    """(source name, 1-based line number, raw bytes) for every non-blank line;
+def _line_chunks(sources: list[str], progress: Optional[Progress],
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+                 ) -> Iterator[list[tuple[str, int, Line]]]:
+    """(source name, 1-based line number, raw bytes) for every non-blank line,
+    a list per block read (`block_line_lists`: one read per READ_BYTES and a
+    list comprehension per block, not a readline and a generator step per
+    line);
     `Overlong` instead of the bytes for a line over `max_line_bytes`."""
     progress = progress or Progress()
     with ExitStack() as stack:
@@ -48,19 +52,26 @@ def _lines(sources: list[str], progress: Optional[Progress],
                 stream = stack.enter_context(open(name, "rb"))
                 total = Path(name).stat().st_size
             task = progress.start("stdin" if name == "-" else Path(name).name, total)
-            read = 0
-            for number, raw in enumerate(bounded_lines(stream, max_line_bytes), 1):
-                if number % 4096 == 0:
-                    progress.advance(task, read)
-                if isinstance(raw, Overlong):
-                    read += raw.length + 1
-                    yield name, number, raw
-                    continue
-                read += len(raw)
-                raw = raw.rstrip(b"\r\n")
-                if raw.strip():
-                    yield name, number, raw
+            number = read = 0
+            seekable = stream.seekable()
+            for lines in block_line_lists(stream, max_line_bytes, READ_BYTES):
+                chunk = [(name, n, raw if raw.__class__ is Overlong else raw.rstrip(b"\r"))
+                         for n, raw in enumerate(lines, number + 1)
+                         if raw.__class__ is Overlong or raw.strip()]
+                number += len(lines)
+                read = stream.tell() if seekable else read + len(lines) + sum(
+                    len(x) if x.__class__ is bytes else x.length for x in lines)  # (a pipe)
+                progress.advance(task, read)
+                if chunk:
+                    yield chunk
             progress.done(task)
+
+
+def _lines(sources: list[str], progress: Optional[Progress],
+           max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[tuple[str, int, Line]]:
+    """`_line_chunks`, one line at a time."""
+    for chunk in _line_chunks(sources, progress, max_line_bytes):
+        yield from chunk
 
 
 def merged(sources: list[str], progress: Optional[Progress],
@@ -114,27 +125,32 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
     # Session logs twice as long before a cut (sessions.py, cut_factor): half
     # the cuts' catch-ups, for the logs' memory; no state log to write here.
     engine.session_driver.cut_factor = REPLAY_LOG_CUT_FACTOR
-    lines = (merged(sources, progress, max_line_bytes) if merge and len(sources) > 1
-             else _lines(sources, progress, max_line_bytes))
+    if merge and len(sources) > 1:
+        lines = merged(sources, progress, max_line_bytes)
+        chunks = iter(lambda: list(islice(lines, LINES_PER_DECODE)), [])
+    else:
+        chunks = _line_chunks(sources, progress, max_line_bytes)
     seq = -1  # arrival order: the line's place in the input
     accepted = 0  # added to stats at the end (on_reject takes back from it meanwhile)
-    submit = engine.submit
-    for chunk in iter(lambda: list(islice(lines, LINES_PER_DECODE)), []):
-        events = decode_many([raw if isinstance(raw, bytes) else b"" for _s, _o, raw in chunk])
+    submit = engine.submit_raw
+    for chunk in chunks:
+        events = decode_many([raw if raw.__class__ is bytes else b"" for _s, _o, raw in chunk])
         stats.lines += len(chunk)
-        for (source, offset, raw), event in zip(chunk, events):
+        for line, event in zip(chunk, events):
+            source, offset, raw = line
             seq += 1
-            if isinstance(raw, Overlong):
+            if raw.__class__ is Overlong:
                 stats.dead_letters[TOO_LONG] += 1
                 dead.append(too_long(source, offset, raw))
                 continue
-            if isinstance(event, Rejection):
+            if event.__class__ is Rejection:
                 stats.dead_letters[event.reason_class] += 1
                 dead.append(DeadLetter.of(source, offset, raw, event.reason, event.reason_class))
                 continue
-            # The origin rides along in case the model rejects the event.
-            outcome = submit(event, seq, (source, offset, raw))
-            if outcome.status in (LATE, FUTURE):
+            # The origin, (source, offset, raw), rides along in case the
+            # model rejects the event.
+            outcome = submit(event.ts, event, seq, line)
+            if outcome is not APPLIED:  # late or future
                 stats.dead_letters[outcome.status] += 1
                 dead.append(DeadLetter.of(source, offset, raw, outcome.reason, outcome.status))
             else:
