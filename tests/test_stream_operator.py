@@ -31,7 +31,7 @@ from isr.pipeline.listeners import local_engine
 from isr.stream.operator import BucketProcessor, compress_state, decompress_state
 from isr.stream.throttle import StateThrottle
 from isr.stream.packing import (END_OF_INPUT, END_OF_RUN, Packer, bucket_of, hold_of,
-                                session_home, unpack)
+                                session_home, session_shares, unpack)
 
 MONITOR = MonitorSettings(allowed_lateness_ms=1000)
 
@@ -441,6 +441,46 @@ def test_a_fetch_session_is_split_into_one_share_per_bucket_each_with_the_whole_
             homes.append(b)
     assert homes == [home]
     assert len({bucket_of("default", "orders", p, buckets) for p in range(12)}) == buckets
+
+
+# Names that look like the spliced keys, with quotes and backslashes.
+_NAMES = st.sampled_from(["default", "orders", '"partitions":[]', 'x"forgotten":[]\\',
+                          "\\\"", "é ü"]) | st.text(min_size=1, max_size=8)
+
+
+@st.composite
+def session_requests(draw):
+    """A valid fetch_session: any names, listed and forgotten partitions apart."""
+    cluster, topic = draw(_NAMES), draw(_NAMES)
+    parts = draw(st.lists(st.integers(0, 40), unique=True, max_size=12))
+    gone = draw(st.integers(0, len(parts)))
+    epoch = draw(st.integers(-1, 3))
+    full = epoch in (0, -1)
+    return validate({
+        "v": 1, "type": "fetch_session", "ts": T0, "cluster": cluster, "leader": 1,
+        "replica": 2, "received_ts": draw(st.none() | st.just(T0 - 3)),
+        "broker_epoch": draw(st.none() | st.just(5)), "session_id": 7,
+        "session_epoch": epoch, "full": full,
+        "partitions": [{"topic": topic, "partition": p, "leader_epoch": 1, "fetch_offset": 10 * p,
+                        "leader_leo": draw(st.none() | st.just(10 * p + 1))}
+                       for p in parts[gone:]],
+        "forgotten": [] if full else [{"topic": topic, "partition": p} for p in parts[:gone]]})
+
+
+@settings(max_examples=300, deadline=None)
+@given(session_requests(), st.integers(1, 4))
+def test_a_sessions_shares_are_the_encoded_requests_with_each_buckets_partitions(ev, buckets):
+    """session_shares builds each share's bytes without a struct per share:
+    they must be the encoding of the request listing and forgetting that
+    bucket's partitions, whatever the names hold."""
+    shares = session_shares(ev, buckets)
+    for b, share in enumerate(shares):
+        mine = [p for p in ev.partitions if bucket_of(ev.cluster, p.topic, p.partition,
+                                                      buckets) == b]
+        gone = [p for p in ev.forgotten if bucket_of(ev.cluster, p.topic, p.partition,
+                                                     buckets) == b]
+        assert share == encode(msgspec.structs.replace(ev, partitions=mine, forgotten=gone))
+        assert decode(share) == msgspec.structs.replace(ev, partitions=mine, forgotten=gone)
 
 
 def test_a_session_anomaly_and_a_late_session_record_are_reported_once_by_the_buckets():

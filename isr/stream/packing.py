@@ -95,26 +95,61 @@ def session_home(cluster: str, leader: int, buckets: int) -> int:
     return stable_hash(f"{cluster}\x00leader/{leader}") % buckets
 
 
-def session_shares(event, buckets: int) -> list[bytes]:
+def session_shares(event, buckets: int, homes: Optional[dict] = None) -> list[bytes]:
     """A fetch_session as one event per bucket: the same request (leader,
     replica, times, broker epoch, session id and epoch, full or not) listing
     and forgetting only the partitions that bucket holds (`bucket_of`).
     Every bucket gets its share, even one that lists nothing (an incremental
     request listing nothing is common in Kafka): each bucket's sessions then
     see every session epoch and fetch time, so all resolve each request
-    alike and fetch their own partitions at the session's times."""
-    listed: list[list] = [[] for _ in range(buckets)]
-    forgotten: list[list] = [[] for _ in range(buckets)]
+    alike and fetch their own partitions at the session's times.
+    `homes`: a cache of bucket_of, (cluster, topic, partition) -> bucket."""
+    homes = {} if homes is None else homes
+    listed: dict[int, list] = {}  # bucket -> its partitions (only buckets with some)
+    forgotten: dict[int, list] = {}
     cluster = event.cluster
-    for p in event.partitions:
-        listed[bucket_of(cluster, p.topic, p.partition, buckets)].append(p)
-    for p in event.forgotten:
-        forgotten[bucket_of(cluster, p.topic, p.partition, buckets)].append(p)
+    for partitions, into in ((event.partitions, listed), (event.forgotten, forgotten)):
+        for p in partitions:
+            at = (cluster, p.topic, p.partition)
+            b = homes.get(at)
+            if b is None:
+                b = homes[at] = bucket_of(*at, buckets)
+            into.setdefault(b, []).append(p)
     if isinstance(event, msgspec.Struct):
-        return [ENCODER.encode(msgspec.structs.replace(event, partitions=mine, forgotten=gone))
-                for mine, gone in zip(listed, forgotten)]
-    return [encode(event.model_copy(update={"partitions": mine, "forgotten": gone}))
-            for mine, gone in zip(listed, forgotten)]
+        return _spliced_shares(event, buckets, listed, forgotten)
+    return [encode(event.model_copy(update={"partitions": listed.get(b, []),
+                                            "forgotten": forgotten.get(b, [])}))
+            for b in range(buckets)]
+
+
+# A session struct's encoding with both lists empty holds each of these
+# once: a key's closing quote is never escaped, one inside a string always is.
+_NO_PARTITIONS, _NO_FORGOTTEN = b'"partitions":[]', b'"forgotten":[]'
+
+
+def _spliced_shares(event, buckets: int, listed: dict, forgotten: dict) -> list[bytes]:
+    """session_shares of a struct: the bytes ENCODER.encode(msgspec.structs.
+    replace(event, partitions=mine, forgotten=gone)) gives (a test holds
+    them to it), made from one encoding of the request without partitions,
+    with each bucket's partitions encoded into its lists; most shares list
+    nothing and are that encoding itself. Neither replace's __post_init__
+    nor a struct per share: a share lists a subset of a valid request's
+    partitions, which keeps every check of impossible_fetch_session true."""
+    empty = event.__copy__()  # the same fields, without __post_init__
+    msgspec.structs.force_setattr(empty, "partitions", [])
+    msgspec.structs.force_setattr(empty, "forgotten", [])
+    bare = ENCODER.encode(empty)
+    shares = [bare] * buckets
+    for b in listed.keys() | forgotten.keys():
+        share = bare
+        if b in listed:
+            share = share.replace(_NO_PARTITIONS, b'"partitions":[' + b",".join(
+                map(ENCODER.encode, listed[b])) + b"]", 1)
+        if b in forgotten:
+            share = share.replace(_NO_FORGOTTEN, b'"forgotten":[' + b",".join(
+                map(ENCODER.encode, forgotten[b])) + b"]", 1)
+        shares[b] = share
+    return shares
 
 
 @lru_cache(maxsize=4096)
@@ -199,7 +234,7 @@ class Packer:
             scope = SCOPE[event.type]
             if scope == LEADER:  # a fetch session: a share to every bucket
                 home = session_home(event.cluster, event.leader, n)
-                for b, share in enumerate(session_shares(event, n)):
+                for b, share in enumerate(session_shares(event, n, homes)):
                     rows[b].append((ts, seq, share, source, where, None, None, None, True,
                                     value if b == home else None))
                 continue
