@@ -42,17 +42,22 @@ def _raw(event) -> bytes:
     return event if event.__class__ is bytes else encode(event)
 
 
-def snapshot(engine: LocalEngine, with_queue: bool = True) -> bytes:
+def snapshot(engine: LocalEngine, with_queue: bool = True,
+             encoded: Optional["Encoded"] = None) -> bytes:
     """Origins of queued events must be JSON-able (or tuples with bytes).
     `with_queue=False`: without the events queued for the watermark, which
-    the caller keeps itself (`queued_raw`), in a form cheaper than JSON."""
+    the caller keeps itself (`queued_raw`), in a form cheaper than JSON.
+    `encoded`: the models' rows as the engine's saves so far wrote them
+    (`Encoded`), reused for the models that did not change since; the
+    changed ones must have been taken (`Encoded.take`) first."""
     seq = engine.sequencer
     queued = [[ts, s, _raw(ev).decode(), _jsonable(origin)]
               for ts, s, ev, origin in seq.queued] if with_queue else []
     return orjson.dumps({
         "v": VERSION,
         "policies": engine.policies,
-        "partitions": {p: [m.to_list() for m in parts.values()]
+        "partitions": {p: ([m.to_list() for m in parts.values()] if encoded is None
+                           else encoded.rows(p, parts))
                        for p, parts in engine.partitions.items()},
         "brokers": {c: b.to_list() for c, b in engine.brokers.items()},
         "sequencer": [seq.max_ts, queued, seq.external_watermark],
@@ -121,13 +126,17 @@ def restore(monitor: MonitorSettings, blob: bytes,
 # never removed, so a delta only adds or replaces them; sessions can close,
 # so a delta lists the live ones.
 
-def delta(engine: LocalEngine) -> bytes:
-    """The changes since the last call, as JSON (the queue is not in it)."""
+def delta(engine: LocalEngine, encoded: Optional["Encoded"] = None) -> bytes:
+    """The changes since the last call, as JSON (the queue is not in it).
+    `encoded`: the changed models' rows are kept there too (`Encoded`)."""
     seq = engine.sequencer
     sessions = engine.session_driver
-    models: dict[str, list] = {}
-    for m in engine.take_dirty():
-        models.setdefault(m.rules.policy, []).append(m.to_list())
+    if encoded is None:
+        models: dict[str, Any] = {}
+        for m in engine.take_dirty():
+            models.setdefault(m.rules.policy, []).append(m.to_list())
+    else:
+        models = {p: _fragment(rows) for p, rows in encoded.take(engine).items()}
     s = sessions.sessions
     return orjson.dumps({
         "v": VERSION,
@@ -141,6 +150,59 @@ def delta(engine: LocalEngine) -> bytes:
                      [[c, l, r, sid] for (c, l, r), sid in s.unbound.items()],
                      s.next_sid, dict(s.anomalies), s.order],
     })
+
+
+class Encoded:
+    """The models' rows (PartitionModel.to_list, as JSON) as the saves of one
+    engine wrote them, by policy and key: a whole snapshot re-encodes only
+    the models that changed since the last save and reuses the others'
+    rows (the Spark job's state log keeps one with each worker-resident
+    engine, isr/stream/statelog.py). What it writes is what a rebuild from
+    the last snapshot and the deltas since would hold: each model's row as
+    of the last save at which it had changed (see LocalEngine.dirty for
+    what counts as a change). Valid only for the engine its rows came from,
+    while every change to it is taken here: an engine rebuilt, or caught up
+    with another worker's deltas, starts a new one."""
+
+    __slots__ = ("models",)
+
+    def __init__(self) -> None:
+        self.models: dict[str, dict[tuple, bytes]] = {}
+
+    def take(self, engine: LocalEngine) -> dict[str, list[bytes]]:
+        """The rows of the models changed since the last call (or the last
+        take_dirty), encoded and kept, by policy."""
+        changed: dict[str, list[bytes]] = {}
+        held = self.models
+        for m in engine.take_dirty():
+            policy = m.rules.policy
+            row = orjson.dumps(m.to_list())
+            kept = held.get(policy)
+            if kept is None:
+                kept = held[policy] = {}
+            kept[m.key] = row
+            rows = changed.get(policy)
+            if rows is None:
+                rows = changed[policy] = []
+            rows.append(row)
+        return changed
+
+    def rows(self, policy: str, parts: dict) -> orjson.Fragment:
+        """Every model of `policy` (`parts`, in the engine's order) as a
+        JSON list: the rows kept, a model with none encoded now."""
+        kept = self.models.setdefault(policy, {})
+        out = []
+        for key, m in parts.items():
+            row = kept.get(key)
+            if row is None:
+                row = kept[key] = orjson.dumps(m.to_list())
+            out.append(row)
+        return _fragment(out)
+
+
+def _fragment(rows: list[bytes]) -> orjson.Fragment:
+    """Rows already JSON as one JSON list, for orjson.dumps to write as it is."""
+    return orjson.Fragment(b"[" + b",".join(rows) + b"]")
 
 
 def clear_changes(engine: LocalEngine) -> None:

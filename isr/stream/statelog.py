@@ -92,7 +92,8 @@ def _decompress(blob) -> bytes:
 class Stored:
     """A bucket as its row holds it: the engine and the row's segments."""
 
-    __slots__ = ("bucket", "version", "versions", "snapshot", "log", "log_bytes", "chunks")
+    __slots__ = ("bucket", "version", "versions", "snapshot", "log", "log_bytes", "chunks",
+                 "encoded")
 
     def __init__(self, bucket, snapshot_bytes: Optional[bytes] = None,
                  log: Optional[list] = None, chunks: Optional[list] = None,
@@ -107,6 +108,9 @@ class Stored:
         # [max ts, bytes, min ts]; a chunk of a row written before the min
         # was kept: [max ts, bytes]
         self.chunks: list[list] = chunks or []
+        # The models' rows as this engine's saves wrote them: a new snapshot
+        # re-encodes only the models changed since the last save.
+        self.encoded = snapshot.Encoded()
 
 
 def layout_of(blob: bytes) -> str:
@@ -236,6 +240,7 @@ def _catch_up(cached: Stored, blob: bytes, header: dict, at: int, position: int,
               version) -> Stored:
     snap, log, chunks = _segments(blob, header, at)
     _apply_log(cached.bucket, [_decompress(e) for e in log[position:]], chunks)
+    # (a new Stored: the deltas replaced models, so its rows start afresh)
     return Stored(cached.bucket, snap, log, chunks, version,
                   [tuple(v) for v in header["versions"]])
 
@@ -270,16 +275,18 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
     if (stored.snapshot is None or engine.unclaimed or len(stored.log) >= COMPACT_AFTER
             or stored.log_bytes > LOG_SHARE * len(stored.snapshot)
             or len(engine.dirty) > DIRTY_SHARE * models):
+        stored.encoded.take(engine)  # the models changed in this batch, encoded
         snapshot.clear_changes(engine)
         # A whole snapshot also drops the states no listener takes any more
         # (engine.unclaimed: handed on by this batch's outputs).
         engine.unclaimed = {}
-        stored.snapshot = _compress(snapshot.snapshot(engine, with_queue=False))
+        stored.snapshot = _compress(snapshot.snapshot(engine, with_queue=False,
+                                                      encoded=stored.encoded))
         stored.log, stored.log_bytes = [], 0
         stored.versions = []
         STATS["snapshots"] += 1
     else:
-        entry = _compress(snapshot.delta(engine))
+        entry = _compress(snapshot.delta(engine, stored.encoded))
         stored.log.append(entry)
         stored.log_bytes += len(entry)
         STATS["deltas"] += 1
