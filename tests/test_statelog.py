@@ -273,6 +273,102 @@ def test_a_batch_that_touches_few_partitions_logs_only_those(rebuilt):
     statelog._CACHE.clear()
 
 
+class Rules:
+    """statelog's compaction rules for a while: a new snapshot once the log
+    holds `compact_after` deltas, and for no other reason."""
+
+    def __init__(self, compact_after: int) -> None:
+        self.compact_after = compact_after
+
+    def __enter__(self):
+        self.saved = statelog.DIRTY_SHARE, statelog.LOG_SHARE, statelog.COMPACT_AFTER
+        statelog.DIRTY_SHARE, statelog.LOG_SHARE = 2, 1e9
+        statelog.COMPACT_AFTER = self.compact_after
+        return self
+
+    def __exit__(self, *exc) -> None:
+        statelog.DIRTY_SHARE, statelog.LOG_SHARE, statelog.COMPACT_AFTER = self.saved
+
+
+def test_a_new_snapshot_encodes_only_the_models_that_changed(monkeypatch):
+    """A batch that touches one partition of 50 and ends in a new snapshot
+    encodes that partition's models (one per policy), not the 100 models
+    the snapshot holds: the others' rows are the ones its saves kept."""
+    from isr.model.partition import PartitionModel
+
+    events = workload(partitions=50, seconds=20)
+    p = BucketProcessor(MONITOR)
+    state = State()
+    statelog._CACHE.clear()
+
+    def append(t: int) -> bytes:
+        return (b'{"v":1,"type":"append","ts":%d,"topic":"t","partition":3,"leader":1,'
+                b'"leader_epoch":1,"leader_leo":9999}' % (T0 + t))
+
+    batches = [[encode(e) for e in events], [append(22000)], [append(23500)]]
+    first, encoded = 0, []
+    to_list = PartitionModel.to_list
+    monkeypatch.setattr(PartitionModel, "to_list",
+                        lambda m: encoded.append(m.key) or to_list(m))
+    with Rules(compact_after=0):  # a new snapshot every batch
+        for values in batches:
+            encoded.clear()
+            _call(p, LAYOUT, iter(rows(values, first)), state, ("few",))
+            first += len(values)
+    statelog._CACHE.clear()
+    assert set(encoded) == {("default", "t", 3)} and len(encoded) == 2  # kafka's, kip16's
+    header, at = statelog._header(state.row)
+    assert header["log"] == []  # a snapshot, holding every model
+    held = orjson.loads(statelog._decompress(state.row[at:at + header["snapshot"]]))
+    assert [len(held["partitions"][p]) for p in ("kafka", "kip16")] == [50, 50]
+
+
+def _rebuilt_snapshot(row: bytes) -> bytes:
+    """The engine a worker that never ran the bucket rebuilds from `row`,
+    encoded afresh (every model's to_list)."""
+    cache = statelog._CACHE
+    statelog._CACHE = OrderedDict()
+    try:
+        stored = statelog.load(BucketProcessor(MONITOR), row, LAYOUT, ("elsewhere",))
+    finally:
+        statelog._CACHE = cache
+    return snapshot.snapshot(stored.bucket.engine, with_queue=False)
+
+
+@pytest.mark.parametrize("cache", ["keep", "drop", "swap"])
+def test_a_snapshot_from_the_kept_rows_restores_what_its_snapshot_and_log_did(cache):
+    """A new snapshot written from the models' rows its saves kept (only the
+    changed models encoded) restores, on any worker, exactly the engine the
+    row it replaces (the last snapshot and every delta since) restores:
+    batch after batch, with partitions busy and quiet (partition 1 after
+    20 s), whether the worker kept the bucket (`keep`), rebuilt it now and
+    then (`drop`: its rows start afresh) or caught it up with the other
+    worker's deltas (`swap`)."""
+    events = workload(partitions=6, seconds=30)
+    batches = batches_of(events, list(range(0, len(events), 23)))
+    p = BucketProcessor(MONITOR)
+    logged, compacted = State(), State()
+    workers = [(OrderedDict(), TOKEN), (OrderedDict(), "worker-b")]
+    first = 0
+    try:
+        for i, values in enumerate(batches):
+            statelog._CACHE, statelog._TOKEN = workers[i % 2 if cache == "swap" else 0]
+            if cache == "drop" and i % 3 == 2:
+                statelog._CACHE.clear()
+            with Rules(compact_after=10**6):  # one snapshot, then deltas only
+                _call(p, LAYOUT, iter(rows(values, first)), logged, ("logged",))
+            # A new snapshot every other batch (after a delta another worker
+            # may have written: `swap` catches up, then compacts).
+            with Rules(compact_after=1):
+                _call(p, LAYOUT, iter(rows(values, first)), compacted, ("compacted",))
+            first += len(values)
+            assert _rebuilt_snapshot(compacted.row) == _rebuilt_snapshot(logged.row), i
+    finally:
+        statelog._CACHE = OrderedDict()
+        statelog._TOKEN = TOKEN
+    assert len(batches) >= 40
+
+
 def test_a_layout_1_row_is_migrated_and_saved_in_layout_2():
     events = workload(partitions=3, seconds=10)
     batches = batches_of(events, [len(events) // 2])
