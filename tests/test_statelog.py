@@ -293,7 +293,9 @@ class Rules:
 def test_a_new_snapshot_encodes_only_the_models_that_changed(monkeypatch):
     """A batch that touches one partition of 50 and ends in a new snapshot
     encodes that partition's models (one per policy), not the 100 models
-    the snapshot holds: the others' rows are the ones its saves kept."""
+    the snapshot holds, and only the alert watches that changed: the others'
+    rows are the ones its saves kept."""
+    from isr.alerts.watch import Watch
     from isr.model.partition import PartitionModel
 
     events = workload(partitions=50, seconds=20)
@@ -308,19 +310,26 @@ def test_a_new_snapshot_encodes_only_the_models_that_changed(monkeypatch):
     batches = [[encode(e) for e in events], [append(22000)], [append(23500)]]
     first, encoded = 0, []
     to_list = PartitionModel.to_list
+    watch_to_list, watched = Watch.to_list, []
     monkeypatch.setattr(PartitionModel, "to_list",
                         lambda m: encoded.append(m.key) or to_list(m))
+    monkeypatch.setattr(Watch, "to_list", lambda w: watched.append(w.partition) or watch_to_list(w))
     with Rules(compact_after=0):  # a new snapshot every batch
         for values in batches:
             encoded.clear()
+            watched.clear()
             _call(p, LAYOUT, iter(rows(values, first)), state, ("few",))
             first += len(values)
     statelog._CACHE.clear()
     assert set(encoded) == {("default", "t", 3)} and len(encoded) == 2  # kafka's, kip16's
+    # partition 3's watches, and partition 0's, whose stuck follower's alert had an instant due
+    assert set(watched) <= {3, 0} and len(watched) <= 4
     header, at = statelog._header(state.row)
-    assert header["log"] == []  # a snapshot, holding every model
+    assert header["log"] == []  # a snapshot, holding every model and watch
     held = orjson.loads(statelog._decompress(state.row[at:at + header["snapshot"]]))
     assert [len(held["partitions"][p]) for p in ("kafka", "kip16")] == [50, 50]
+    assert len(held["listeners"]["alerts"]) == 100
+    assert len(held["listeners"]["partition_state"][1]) == 100  # the throttle's sent entries
 
 
 def _rebuilt_snapshot(row: bytes) -> bytes:

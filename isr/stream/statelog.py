@@ -24,6 +24,9 @@ segments' sizes, in order:
 A save re-uses every segment as it is and appends only the batch's delta
 and chunk; every COMPACT_AFTER deltas, or when the log grows past half the
 snapshot, or when most models changed, it writes a new snapshot instead.
+A new snapshot encodes only the models changed since the last save: the
+others' rows are those the saves kept (`Stored.encoded`, snapshot.Encoded),
+as a rebuild from the snapshot and its deltas would hold them.
 
 The worker keeps each bucket's engine with the version it last saved
 (`_CACHE`). When a row arrives with that version (the same worker ran the
