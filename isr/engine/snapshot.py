@@ -242,7 +242,7 @@ class Encoded:
             rows[key] = orjson.dumps(listener.row(key))
             order.append(key)
             kept[2] = True
-        if len(rows) > len(keys):  # (rows are never dropped today: kept honest)
+        if len(rows) > len(keys):  # a row the listener dropped (none does today)
             for key in [k for k in rows if k not in keys]:
                 del rows[key]
             order[:] = list(rows)

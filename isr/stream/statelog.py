@@ -24,9 +24,10 @@ segments' sizes, in order:
 A save re-uses every segment as it is and appends only the batch's delta
 and chunk; every COMPACT_AFTER deltas, or when the log grows past half the
 snapshot, or when most models changed, it writes a new snapshot instead.
-A new snapshot encodes only the models changed since the last save: the
-others' rows are those the saves kept (`Stored.encoded`, snapshot.Encoded),
-as a rebuild from the snapshot and its deltas would hold them.
+A new snapshot encodes only the models (and alert watches, throttle
+entries) changed since the last save: the others' rows are those the saves
+kept (`Stored.encoded`, snapshot.Encoded), as a rebuild from the snapshot
+and its deltas would hold them.
 
 The worker keeps each bucket's engine with the version it last saved
 (`_CACHE`). When a row arrives with that version (the same worker ran the
@@ -111,8 +112,9 @@ class Stored:
         # [max ts, bytes, min ts]; a chunk of a row written before the min
         # was kept: [max ts, bytes]
         self.chunks: list[list] = chunks or []
-        # The models' rows as this engine's saves wrote them: a new snapshot
-        # re-encodes only the models changed since the last save.
+        # The rows (models, alert watches, throttle entries) as this engine's
+        # saves wrote them: a new snapshot re-encodes only those changed
+        # since the last save.
         self.encoded = snapshot.Encoded()
 
 
@@ -278,7 +280,7 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
     if (stored.snapshot is None or engine.unclaimed or len(stored.log) >= COMPACT_AFTER
             or stored.log_bytes > LOG_SHARE * len(stored.snapshot)
             or len(engine.dirty) > DIRTY_SHARE * models):
-        stored.encoded.take(engine)  # the models changed in this batch, encoded
+        stored.encoded.take(engine)  # the rows changed in this batch, encoded
         snapshot.clear_changes(engine)
         # A whole snapshot also drops the states no listener takes any more
         # (engine.unclaimed: handed on by this batch's outputs).
