@@ -214,18 +214,3 @@ class AlertListener(Listener):
 
     def clear_state_delta(self) -> None:
         self.dirty = {}
-
-    keyed = True  # one row per watch (Listener.keyed)
-
-    def take_rows(self) -> dict:
-        dirty, self.dirty = self.dirty, {}
-        return {(w.policy, w.cluster, w.topic, w.partition): w.to_list() for w in dirty.values()}
-
-    def row_keys(self):
-        return self.watches.keys()
-
-    def row(self, key: tuple) -> list:
-        return self.watches[key].to_list()
-
-    def state_with(self, rows, delta: bool):
-        return rows  # to_state and state_delta are the rows alone

@@ -15,7 +15,7 @@ engine's snapshot stores it under `name`.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 
 class Listener:
@@ -109,32 +109,6 @@ class Listener:
         """Forget what changed (a whole state is saved instead): `state_delta`
         without encoding what it would drop."""
         self.state_delta()
-
-    # A listener whose state is mostly one row per key (the alert watches,
-    # the throttle's sent entries) says so (`keyed`), so that a new snapshot
-    # re-encodes only the rows changed since the last save and reuses the
-    # others' (engine/snapshot.py Encoded). Its state and its delta are then
-    # `state_with(rows)`, the rows given as JSON already.
-    keyed = False
-
-    def take_rows(self) -> dict:
-        """The rows changed since the last call (or state_delta), by key, in
-        the order state_delta lists them; forgotten, as state_delta does."""
-        raise NotImplementedError
-
-    def row_keys(self) -> Iterable:
-        """The key of every row of the state."""
-        raise NotImplementedError
-
-    def row(self, key) -> Any:
-        """The state's row of `key`."""
-        raise NotImplementedError
-
-    def state_with(self, rows: Any, delta: bool) -> Any:
-        """to_state (`delta` False: `rows` is every row, in key order) or
-        state_delta (True: the rows take_rows gave, in its order), with `rows`
-        in place of the rows it would encode."""
-        raise NotImplementedError
 
 
 def hooks(listeners: list[Listener], name: str) -> list:

@@ -42,31 +42,23 @@ def _raw(event) -> bytes:
     return event if event.__class__ is bytes else encode(event)
 
 
-def snapshot(engine: LocalEngine, with_queue: bool = True,
-             encoded: Optional["Encoded"] = None) -> bytes:
+def snapshot(engine: LocalEngine, with_queue: bool = True) -> bytes:
     """Origins of queued events must be JSON-able (or tuples with bytes).
     `with_queue=False`: without the events queued for the watermark, which
-    the caller keeps itself (`queued_raw`), in a form cheaper than JSON.
-    `encoded`: the rows of the models and keyed listeners as the engine's
-    saves so far wrote them (`Encoded`), reused for those that did not
-    change since; the changed ones must have been taken (`Encoded.take`)
-    first."""
+    the caller keeps itself (`queued_raw`), in a form cheaper than JSON."""
     seq = engine.sequencer
     queued = [[ts, s, _raw(ev).decode(), _jsonable(origin)]
               for ts, s, ev, origin in seq.queued] if with_queue else []
     return orjson.dumps({
         "v": VERSION,
         "policies": engine.policies,
-        "partitions": {p: ([m.to_list() for m in parts.values()] if encoded is None
-                           else encoded.rows(p, parts))
+        "partitions": {p: [m.to_list() for m in parts.values()]
                        for p, parts in engine.partitions.items()},
         "brokers": {c: b.to_list() for c, b in engine.brokers.items()},
         "sequencer": [seq.max_ts, queued, seq.external_watermark],
         "max_ts": engine.max_ts,
         "ignored": dict(engine.ignored),
-        "listeners": {l.name: (l.to_state() if encoded is None or not l.keyed
-                               else l.state_with(encoded.listener_rows(l), False))
-                      for l in engine.listeners if l.name},
+        "listeners": {l.name: l.to_state() for l in engine.listeners if l.name},
         "sessions": engine.session_driver.to_list(),
     })
 
@@ -129,22 +121,13 @@ def restore(monitor: MonitorSettings, blob: bytes,
 # never removed, so a delta only adds or replaces them; sessions can close,
 # so a delta lists the live ones.
 
-def delta(engine: LocalEngine, encoded: Optional["Encoded"] = None) -> bytes:
-    """The changes since the last call, as JSON (the queue is not in it).
-    `encoded`: the changed rows are kept there too (`Encoded`)."""
+def delta(engine: LocalEngine) -> bytes:
+    """The changes since the last call, as JSON (the queue is not in it)."""
     seq = engine.sequencer
     sessions = engine.session_driver
-    if encoded is None:
-        models: dict[str, Any] = {}
-        for m in engine.take_dirty():
-            models.setdefault(m.rules.policy, []).append(m.to_list())
-        listeners = {l.name: l.state_delta() for l in engine.listeners if l.name}
-    else:
-        changed, keyed = encoded.take(engine)
-        models = {p: _fragment(rows) for p, rows in changed.items()}
-        listeners = {l.name: (l.state_with(_fragment(keyed[l.name]), True) if l.keyed
-                              else l.state_delta())
-                     for l in engine.listeners if l.name}
+    models: dict[str, list] = {}
+    for m in engine.take_dirty():
+        models.setdefault(m.rules.policy, []).append(m.to_list())
     s = sessions.sessions
     return orjson.dumps({
         "v": VERSION,
@@ -153,109 +136,11 @@ def delta(engine: LocalEngine, encoded: Optional["Encoded"] = None) -> bytes:
         "sequencer": [seq.max_ts, seq.external_watermark],
         "max_ts": engine.max_ts,
         "ignored": dict(engine.ignored),
-        "listeners": listeners,
+        "listeners": {l.name: l.state_delta() for l in engine.listeners if l.name},
         "sessions": [[x.to_list() for x in sessions.take_dirty()], sorted(s.by_sid),
                      [[c, l, r, sid] for (c, l, r), sid in s.unbound.items()],
                      s.next_sid, dict(s.anomalies), s.order],
     })
-
-
-class Encoded:
-    """The rows of an engine's state as its saves wrote them (JSON): each
-    model's (PartitionModel.to_list) by policy and key, and each row of a
-    `keyed` listener (the alert watches, the throttle's sent entries) by
-    listener and key. A whole snapshot encodes only the rows changed since
-    the last save and reuses the others (the Spark job's state log keeps one
-    with each worker-resident engine, isr/stream/statelog.py). What it
-    writes is what a rebuild from the last snapshot and the deltas since
-    would hold: each row as of the last save at which it had changed (see
-    LocalEngine.dirty for what counts as a change). Valid only for the
-    engine its rows came from, while every change is taken here (`take`):
-    an engine rebuilt, or caught up with another worker's deltas, starts a
-    new one."""
-
-    __slots__ = ("models", "listeners")
-
-    def __init__(self) -> None:
-        self.models: dict[str, dict[tuple, bytes]] = {}
-        # name -> [rows by key, the keys in order, whether keys were added since sorting]
-        self.listeners: dict[str, list] = {}
-
-    def take(self, engine: LocalEngine) -> tuple[dict, dict]:
-        """The rows changed since the last call (or the last take_dirty and
-        state_delta), encoded and kept: the models' by policy, the keyed
-        listeners' by name, each a list of JSON rows in the delta's order."""
-        models: dict[str, list[bytes]] = {}
-        held = self.models
-        for m in engine.take_dirty():
-            policy = m.rules.policy
-            row = orjson.dumps(m.to_list())
-            kept = held.get(policy)
-            if kept is None:
-                kept = held[policy] = {}
-            kept[m.key] = row
-            rows = models.get(policy)
-            if rows is None:
-                rows = models[policy] = []
-            rows.append(row)
-        listeners = {}
-        for listener in engine.listeners:
-            if listener.name and listener.keyed:
-                kept = self._kept(listener.name)
-                rows, order = kept[0], kept[1]
-                changed = []
-                for key, row in listener.take_rows().items():
-                    encoded = orjson.dumps(row)
-                    if key not in rows:
-                        order.append(key)
-                        kept[2] = True
-                    rows[key] = encoded
-                    changed.append(encoded)
-                listeners[listener.name] = changed
-        return models, listeners
-
-    def _kept(self, name: str) -> list:
-        kept = self.listeners.get(name)
-        if kept is None:
-            kept = self.listeners[name] = [{}, [], False]
-        return kept
-
-    def rows(self, policy: str, parts: dict) -> orjson.Fragment:
-        """Every model of `policy` (`parts`, in the engine's order) as a
-        JSON list: the rows kept, a model with none encoded now."""
-        kept = self.models.setdefault(policy, {})
-        out = []
-        for key, m in parts.items():
-            row = kept.get(key)
-            if row is None:
-                row = kept[key] = orjson.dumps(m.to_list())
-            out.append(row)
-        return _fragment(out)
-
-    def listener_rows(self, listener) -> orjson.Fragment:
-        """Every row of a keyed listener's state, in key order, as a JSON
-        list: the rows kept, one with none encoded now."""
-        kept = self._kept(listener.name)
-        rows, order = kept[0], kept[1]
-        keys = listener.row_keys()
-        for key in [k for k in keys if k not in rows]:
-            rows[key] = orjson.dumps(listener.row(key))
-            order.append(key)
-            kept[2] = True
-        if len(rows) > len(keys):  # a row the listener dropped (none does today)
-            for key in [k for k in rows if k not in keys]:
-                del rows[key]
-            order[:] = list(rows)
-            kept[2] = True
-        if kept[2]:
-            order.sort()  # (the new keys come last: a merge of two sorted runs)
-            kept[2] = False
-        return _fragment([rows[k] for k in order])
-
-
-def _fragment(rows: list[bytes]) -> orjson.Fragment:
-    """Rows already JSON as one JSON list, for orjson.dumps to write as it is."""
-    return orjson.Fragment(b"[" + b",".join(rows) + b"]")
 
 
 def clear_changes(engine: LocalEngine) -> None:

@@ -24,10 +24,6 @@ segments' sizes, in order:
 A save re-uses every segment as it is and appends only the batch's delta
 and chunk; every COMPACT_AFTER deltas, or when the log grows past half the
 snapshot, or when most models changed, it writes a new snapshot instead.
-A new snapshot encodes only the models (and alert watches, throttle
-entries) changed since the last save: the others' rows are those the saves
-kept (`Stored.encoded`, snapshot.Encoded), as a rebuild from the snapshot
-and its deltas would hold them.
 
 The worker keeps each bucket's engine with the version it last saved
 (`_CACHE`). When a row arrives with that version (the same worker ran the
@@ -96,8 +92,7 @@ def _decompress(blob) -> bytes:
 class Stored:
     """A bucket as its row holds it: the engine and the row's segments."""
 
-    __slots__ = ("bucket", "version", "versions", "snapshot", "log", "log_bytes", "chunks",
-                 "encoded")
+    __slots__ = ("bucket", "version", "versions", "snapshot", "log", "log_bytes", "chunks")
 
     def __init__(self, bucket, snapshot_bytes: Optional[bytes] = None,
                  log: Optional[list] = None, chunks: Optional[list] = None,
@@ -112,10 +107,6 @@ class Stored:
         # [max ts, bytes, min ts]; a chunk of a row written before the min
         # was kept: [max ts, bytes]
         self.chunks: list[list] = chunks or []
-        # The rows (models, alert watches, throttle entries) as this engine's
-        # saves wrote them: a new snapshot re-encodes only those changed
-        # since the last save.
-        self.encoded = snapshot.Encoded()
 
 
 def layout_of(blob: bytes) -> str:
@@ -245,7 +236,6 @@ def _catch_up(cached: Stored, blob: bytes, header: dict, at: int, position: int,
               version) -> Stored:
     snap, log, chunks = _segments(blob, header, at)
     _apply_log(cached.bucket, [_decompress(e) for e in log[position:]], chunks)
-    # (a new Stored: the deltas replaced models, so its rows start afresh)
     return Stored(cached.bucket, snap, log, chunks, version,
                   [tuple(v) for v in header["versions"]])
 
@@ -280,18 +270,16 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
     if (stored.snapshot is None or engine.unclaimed or len(stored.log) >= COMPACT_AFTER
             or stored.log_bytes > LOG_SHARE * len(stored.snapshot)
             or len(engine.dirty) > DIRTY_SHARE * models):
-        stored.encoded.take(engine)  # the rows changed in this batch, encoded
         snapshot.clear_changes(engine)
         # A whole snapshot also drops the states no listener takes any more
         # (engine.unclaimed: handed on by this batch's outputs).
         engine.unclaimed = {}
-        stored.snapshot = _compress(snapshot.snapshot(engine, with_queue=False,
-                                                      encoded=stored.encoded))
+        stored.snapshot = _compress(snapshot.snapshot(engine, with_queue=False))
         stored.log, stored.log_bytes = [], 0
         stored.versions = []
         STATS["snapshots"] += 1
     else:
-        entry = _compress(snapshot.delta(engine, stored.encoded))
+        entry = _compress(snapshot.delta(engine))
         stored.log.append(entry)
         stored.log_bytes += len(entry)
         STATS["deltas"] += 1

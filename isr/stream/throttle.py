@@ -247,21 +247,6 @@ class StateThrottle(Listener):
     def clear_state_delta(self) -> None:
         self.sent_changed = set()
 
-    keyed = True  # one row per `sent` entry (Listener.keyed)
-
-    def take_rows(self) -> dict:
-        changed, self.sent_changed = self.sent_changed, set()
-        return {k: self.row(k) for k in sorted(changed)}
-
-    def row_keys(self):
-        return self.sent.keys()
-
-    def row(self, key: tuple) -> list:
-        return [*key, *self.sent[key]]
-
-    def state_with(self, rows, delta: bool) -> list:
-        return [sorted(self.pending), rows]
-
     def apply_state_delta(self, delta: list) -> None:
         pending, sent = delta
         self.pending = {tuple(k) for k in pending}
