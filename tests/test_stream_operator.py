@@ -294,6 +294,38 @@ def test_partition_state_is_throttled_but_membership_changes_and_the_end_of_run_
     assert of_kind(process(p, bucket, [end_of_run()]), "partition_state") == []  # nothing pending
 
 
+def test_the_state_throttle_looks_only_at_the_partitions_changed_or_due():
+    """output.state_interval_ms = 10 s, 200 partitions pending: a batch
+    that changes 2 of them looks at those 2 only (not every pending one, as
+    it did every batch), a leader change goes out at once, and the pending
+    ones go out when their interval ends, with no change."""
+    throttle = StateThrottle(10_000)
+    engine = LocalEngine(MonitorSettings(), listeners=[throttle])
+    looked = []
+
+    def models_of(key):  # (a partition pending anew is also looked at to index it)
+        looked.append(key[2])
+        return [parts[key] for parts in engine.partitions.values() if key in parts]
+
+    def batch(events, watermark):
+        engine.apply_in_order(events)
+        throttle.take_touched()
+        looked.clear()
+        return sorted({m.partition for m in throttle.due(models_of, T0 + watermark)})
+
+    assert batch([leader(0, partition=q) for q in range(200)], 1000) == list(range(200))
+    assert batch([append(2000, 5, partition=q) for q in range(200)], 2000) == []
+    assert batch([append(3000, 6, partition=0), append(3000, 6, partition=1)], 5000) == []
+    assert set(looked) == {0, 1}
+    assert batch([leader(6000, partition=7, leader_epoch=2)], 6000) == [7]  # at once
+    assert set(looked) == {7}
+    assert batch([], 10999) == [] and looked == []
+    assert batch([], 11000) == [q for q in range(200) if q != 7]  # 10 s since first seen
+    assert batch([append(12000, 7, partition=7, leader_epoch=2)], 15000) == []
+    assert set(looked) == {7}
+    assert batch([], 16000) == [7] and set(looked) == {7}  # 10 s since the leader change
+
+
 def test_touched_partitions_are_those_with_an_event_or_a_change():
     touched = StateThrottle()
     engine = LocalEngine(MonitorSettings(), listeners=[touched])

@@ -34,11 +34,14 @@ per event at 100 k partitions (docs/benchmarks.md, issue 23, branch
 
 from __future__ import annotations
 
+import heapq
 import zlib
 from typing import Iterable
 
 from isr.engine.listeners import Listener
 from isr.model.health import isr_health
+
+NEVER = -(2**63)  # the index's watermark for a partition never sent under one of its policies
 
 
 def membership(model) -> list:
@@ -109,6 +112,20 @@ class StateThrottle(Listener):
         # metrics (metrics_keys). Not state: after a restore every partition
         # a batch touches is sent once.
         self.shown: dict[tuple, list] = {}
+        # Of the last take_touched: the partitions an event, an ISR change, a
+        # broker event or a fetch of the batch reached (not only a session's
+        # fetch): the only pending ones whose membership may have changed.
+        self.changed: set = set()
+        # The pending partitions by the watermark their interval ends at
+        # (`due`): so a batch looks only at the partitions changed or due,
+        # not at every pending one. NEVER: not sent under every policy yet.
+        self._due_at: dict[tuple, int] = {}
+        self._by_due: dict[int, list] = {}  # watermark -> partitions indexed at it
+        self._due_heap: list[int] = []  # the watermarks of _by_due
+        self._unindexed: list[tuple] = []  # pending since the last `due`, not indexed yet
+        # False after the pending set came from a saved state: the next
+        # `due` looks at every pending partition and indexes them.
+        self._indexed = True
 
     def begin(self, watermark: int) -> None:
         """A batch starts; the watermark stands at `watermark` (every event
@@ -143,6 +160,7 @@ class StateThrottle(Listener):
     def take_touched(self) -> list[tuple]:
         """The partitions changed since the last call, sorted; they are pending now."""
         touched, self.touched = self.touched, set()
+        self.changed = set(touched)
         # Until the next batch begins, a fetch applied is one this batch's
         # views catch up (engine.current): counted here already.
         self.since = 2**63
@@ -153,6 +171,8 @@ class StateThrottle(Listener):
                 touched.update([(cluster, topic, partition)
                                 for topic, partition in session.cached])
             self.fetched = {}
+        if self.interval_ms > 0:
+            self._unindexed.extend(touched - self.pending)
         self.pending |= touched
         return sorted(touched)
 
@@ -199,24 +219,93 @@ class StateThrottle(Listener):
 
     def due(self, models_of, now: int, flush: bool = False, current=None) -> list:
         """The models whose partition_state goes out now (`models_of(key)`:
-        a partition's model under each policy, as it stands); `flush`: every
-        pending one. `current(m)`: the model brought up to date (its
-        session's pending fetches: engine.current), done only for the
-        models that go out; their membership is the same either way (a
-        fetch left pending moves only its follower's times:
-        SessionDriver.is_steady)."""
+        a partition's model under each policy, as it stands), in partition
+        order; `flush`: every pending one. `current(m)`: the model brought up
+        to date (its session's pending fetches: engine.current), done only
+        for the models that go out; their membership is the same either way
+        (a fetch left pending moves only its follower's times:
+        SessionDriver.is_steady).
+
+        Only the pending partitions whose interval has ended (the index) and
+        those changed since the last `due` are looked at: a pending partition
+        not sent has the membership it was last sent with (else it would
+        have gone out), and only a change (on_event, on_change, on_broker, a
+        fetch of the batch: `changed`, or `touched` since) can move it."""
+        if flush or self.interval_ms <= 0 or not self._indexed:
+            keys = sorted(self.pending)
+        else:
+            self._index_new(models_of)
+            keys = self._time_due(now)
+            keys.update((self.changed | self.touched) & self.pending)
+            keys = sorted(keys)
         out = []
-        for key in sorted(self.pending):
+        pending, due_at = self.pending, self._due_at
+        for key in keys:
             models = list(models_of(key))
             latest = {(m.rules.policy, *key): membership(m) for m in models}
             if flush or self.interval_ms <= 0 or any(
                     self._due(k, members, now) for k, members in latest.items()):
-                self.pending.discard(key)
+                pending.discard(key)
+                due_at.pop(key, None)
                 for k, members in latest.items():
                     self.sent[k] = [now, members]
                     self.sent_changed.add(k)
                 out.extend(models if current is None else map(current, models))
+        if flush:
+            self._clear_index()
+        elif not self._indexed:  # every pending one was looked at: index those left
+            self._clear_index()
+            self._unindexed = list(pending)
+            self._index_new(models_of)
+            self._indexed = True
         return out
+
+    def _index_new(self, models_of) -> None:
+        """Index the partitions pending since the last `due` at the watermark
+        their interval ends at: the earliest of their policies' last sends
+        plus `interval_ms`, NEVER if one of their models was never sent."""
+        sent, interval, pending = self.sent, self.interval_ms, self.pending
+        for key in self._unindexed:
+            if key not in pending or key in self._due_at:
+                continue
+            at = None
+            for m in models_of(key):
+                last = sent.get((m.rules.policy, *key))
+                if last is None:
+                    at = NEVER
+                    break
+                if at is None or last[0] + interval < at:
+                    at = last[0] + interval
+            self._place(key, NEVER if at is None else at)
+        self._unindexed = []
+
+    def _place(self, key: tuple, at: int) -> None:
+        self._due_at[key] = at
+        keys = self._by_due.get(at)
+        if keys is None:
+            self._by_due[at] = [key]
+            heapq.heappush(self._due_heap, at)
+        else:
+            keys.append(key)
+
+    def _time_due(self, now: int) -> set:
+        """The pending partitions whose interval has ended by `now`, out of
+        the index (an entry of a partition sent since, or indexed anew, no
+        longer counts)."""
+        heap, by_due, due_at = self._due_heap, self._by_due, self._due_at
+        out = set()
+        while heap and heap[0] <= now:
+            at = heapq.heappop(heap)
+            for key in by_due.pop(at):
+                if due_at.get(key) == at:
+                    out.add(key)
+        return out
+
+    def _clear_index(self) -> None:
+        self._due_at.clear()
+        self._by_due.clear()
+        self._due_heap.clear()
+        self._unindexed = []
 
     def _due(self, key: tuple, members: list, now: int) -> bool:
         last = self.sent.get(key)
@@ -225,6 +314,7 @@ class StateThrottle(Listener):
     def all_sent(self, models: Iterable, now: int) -> None:
         """Every model's state went out (the end of a bounded input)."""
         self.pending.clear()
+        self._clear_index()
         for m in models:
             key = (m.rules.policy, *m.key)
             self.sent[key] = [now, membership(m)]
@@ -237,6 +327,8 @@ class StateThrottle(Listener):
         pending, sent = state
         self.pending = {tuple(k) for k in pending}
         self.sent = {tuple(row[:4]): [row[4], row[5]] for row in sent}
+        self._clear_index()
+        self._indexed = False
 
     def state_delta(self) -> list:
         """The pending partitions and the `sent` entries changed since the last call."""
@@ -252,3 +344,5 @@ class StateThrottle(Listener):
         self.pending = {tuple(k) for k in pending}
         for row in sent:
             self.sent[tuple(row[:4])] = [row[4], row[5]]
+        self._clear_index()
+        self._indexed = False
