@@ -34,6 +34,7 @@ per event at 100 k partitions (docs/benchmarks.md, issue 23, branch
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import zlib
 from typing import Iterable
@@ -112,6 +113,17 @@ class StateThrottle(Listener):
         # metrics (metrics_keys). Not state: after a restore every partition
         # a batch touches is sent once.
         self.shown: dict[tuple, list] = {}
+        # The partitions whose `shown` values last sent were all quiet
+        # (metrics_keys): one of them a batch reached only by its sessions'
+        # fetches is left out unless a session of its lapsed, it lost a
+        # session's link (on_unlink) or its refresh is due. Worker-local, as
+        # `shown`; cleared with it and by a restore.
+        self.quiet_keys: set = set()
+        # The quiet partitions by their refresh phase (refresh_due), sorted:
+        # [(phase, key)], and the keys indexed (those added since: _phased_new).
+        self._phased: list = []
+        self._phased_keys: set = set()
+        self._phased_new: list = []
         # Of the last take_touched: the partitions an event, an ISR change, a
         # broker event or a fetch of the batch reached (not only a session's
         # fetch): the only pending ones whose membership may have changed.
@@ -157,8 +169,16 @@ class StateThrottle(Listener):
     def on_broker(self, model, event, out: list) -> None:
         self.touched.add(model.key)
 
+    def on_unlink(self, model) -> None:
+        self.quiet_keys.discard(model.key)  # a follower it fed may not fetch now
+
     def take_touched(self) -> list[tuple]:
         """The partitions changed since the last call, sorted; they are pending now."""
+        return sorted(self.take_batch())
+
+    def take_batch(self) -> set:
+        """take_touched's partitions, as a set (the operator's: no sort of
+        every partition a session fetched)."""
         touched, self.touched = self.touched, set()
         self.changed = set(touched)
         # Until the next batch begins, a fetch applied is one this batch's
@@ -174,34 +194,101 @@ class StateThrottle(Listener):
         if self.interval_ms > 0:
             self._unindexed.extend(touched - self.pending)
         self.pending |= touched
-        return sorted(touched)
+        return touched
 
-    def metrics_keys(self, touched: list, models_of, now: int) -> list:
-        """Of the partitions the last take_touched gave (`touched`, sorted),
-        those whose state goes to the metrics in this batch, whose watermark
-        is `now` (`models_of(key)`: the partition's models as they stand, not
-        caught up). Those whose `shown` values (membership, offsets, whether
-        `quiet`) differ from the ones last sent; those not `quiet` (a
-        follower's lag or time since caught up grows: shown every batch);
-        the others when `refresh_due`. A model not caught up is one whose
-        pending session fetches move only its followers' times
-        (SessionDriver.is_steady; any other is visited, hence caught up, at
-        every check: deadlines.py), so what `shown` reads is exact as it
-        stands, and the cluster counts and those gauges stay exact without
-        the partitions left out."""
+    def metrics_keys(self, touched, models_of, now: int, sessions=None) -> list:
+        """Of the partitions the last take_touched gave (`touched`), in
+        partition order, those whose state goes to the metrics in this
+        batch, whose watermark is `now` (`models_of(key)`: the partition's
+        models as they stand, not caught up). Those whose `shown` values
+        (membership, offsets, whether `quiet`) differ from the ones last
+        sent; those not `quiet` (a follower's lag or time since caught up
+        grows: shown every batch); the others when `refresh_due`. A model
+        not caught up is one whose pending session fetches move only its
+        followers' times (SessionDriver.is_steady; any other is visited,
+        hence caught up, at every check: deadlines.py), so what `shown`
+        reads is exact as it stands, and the cluster counts and those
+        gauges stay exact without the partitions left out.
+
+        `sessions`: the engine's fetch sessions by serial
+        (SessionDriver.sessions.by_sid); with them only the candidates are
+        looked at (`_metrics_candidates`), else every touched partition."""
         if self.metrics_interval_ms <= 0 or not self.fetched_sids:
             self.shown.clear()  # (every touched one is sent: nothing to compare with)
-            return touched
-        sids, began, last = self.fetched_sids, self.began, self.shown
+            self.quiet_keys.clear()
+            return sorted(touched)
+        if sessions is not None:
+            touched = self._metrics_candidates(touched, sessions, now)
+        sids, began, last, quiet_keys = self.fetched_sids, self.began, self.shown, self.quiet_keys
         out = []
-        for key in touched:
+        for key in sorted(touched):
             models = list(models_of(key))
             now_shown = [shown(m, sids) for m in models]
-            if (last.get(key) != now_shown or not all(q for *_, q in now_shown)
-                    or self.refresh_due(key, began, now)):
+            all_quiet = all(q for *_, q in now_shown)
+            if last.get(key) != now_shown or not all_quiet or self.refresh_due(key, began, now):
                 last[key] = now_shown
+                if all_quiet:
+                    quiet_keys.add(key)
+                    if key not in self._phased_keys:
+                        self._phased_new.append(key)
+                else:
+                    quiet_keys.discard(key)
                 out.append(key)
         return out
+
+    def _metrics_candidates(self, touched: set, sessions: dict, now: int) -> set:
+        """The touched partitions metrics_keys must look at: all but those
+        last sent quiet (`quiet_keys`) that the batch reached only by their
+        sessions' fetches (not `changed`), whose every session fetched in
+        the batch, and whose refresh is not due. Such a partition's model
+        moved, since its state was last sent, only by pending fetches caught
+        up, which move only its followers' times, and its links are the same
+        (a lost one: on_unlink): its `shown` values are the ones last sent,
+        still quiet. So the work follows what changed, the sessions that
+        lapsed and the refreshes due, not the partitions fetched."""
+        out = touched - self.quiet_keys
+        out |= self.changed
+        sids = self.fetched_sids
+        for sid, session in sessions.items():
+            if sid not in sids and session.cached:  # its followers' times grow
+                cluster = session.cluster
+                out.update([(cluster, topic, partition) for topic, partition in session.cached])
+        out.update(self._refreshes_due(now))
+        return out & touched
+
+    def _refreshes_due(self, now: int) -> list:
+        """The quiet partitions whose phase the watermark passed from `began`
+        to `now` (refresh_due), from the phase index: a refresh due at
+        (t + phase) % interval == 0 for a t in (began, now], so the phases
+        -t mod interval, one range (two, wrapped around)."""
+        if self._phased_new:
+            added = [(self._phase_of(key), key) for key in self._phased_new]
+            self._phased_keys.update(self._phased_new)
+            self._phased_new = []
+            self._phased = sorted(self._phased + added)
+        interval, span = self.metrics_interval_ms, now - self.began
+        phased = self._phased
+        if span <= 0:
+            return []
+        if span >= interval:
+            return [key for _phase, key in phased]
+        low = -now % interval
+        high = low + span - 1
+        ranges = [(low, min(high, interval - 1))]
+        if high >= interval:
+            ranges.append((0, high - interval))
+        out = []
+        for lo, hi in ranges:
+            first = bisect.bisect_left(phased, (lo,))
+            end = bisect.bisect_left(phased, (hi + 1,))
+            out.extend([key for _phase, key in phased[first:end]])
+        return out
+
+    def _phase_of(self, key: tuple) -> int:
+        phase = self._phase.get(key)
+        if phase is None:
+            phase = self._phase[key] = zlib.crc32(repr(key).encode()) % self.metrics_interval_ms
+        return phase
 
     def refresh_due(self, key: tuple, began: int, now: int) -> bool:
         """Whether a quiet partition's state is due at the metrics: once per
@@ -211,10 +298,7 @@ class StateThrottle(Listener):
         of a bucket are spread over the batches of an interval."""
         if now <= began:
             return False
-        interval = self.metrics_interval_ms
-        phase = self._phase.get(key)
-        if phase is None:
-            phase = self._phase[key] = zlib.crc32(repr(key).encode()) % interval
+        interval, phase = self.metrics_interval_ms, self._phase_of(key)
         return (now + phase) // interval > (began + phase) // interval
 
     def due(self, models_of, now: int, flush: bool = False, current=None) -> list:
@@ -329,6 +413,7 @@ class StateThrottle(Listener):
         self.sent = {tuple(row[:4]): [row[4], row[5]] for row in sent}
         self._clear_index()
         self._indexed = False
+        self.quiet_keys.clear()  # models changed elsewhere: each looked at again
 
     def state_delta(self) -> list:
         """The pending partitions and the `sent` entries changed since the last call."""
@@ -346,3 +431,4 @@ class StateThrottle(Listener):
             self.sent[tuple(row[:4])] = [row[4], row[5]]
         self._clear_index()
         self._indexed = False
+        self.quiet_keys.clear()  # models changed elsewhere: each looked at again
