@@ -524,6 +524,13 @@ def test_a_quiet_partition_is_refreshed_once_per_interval_spread_over_the_batche
     assert sorted(k for d in due for k in d) == keys  # each once in 10 s
     assert all(50 < len(d) < 150 for d in due)  # ~a tenth in each second
     assert not throttle.refresh_due(keys[0], 5000, 5000)  # the watermark stood still
+    # The phase index finds the same ones, without a look at the others.
+    throttle._phased_new = list(keys)
+    for began, now in [(0, 1000), (9500, 10400), (12345, 19999), (3, 10003), (7, 900007),
+                       (42, 42), (9999, 10000)]:
+        throttle.began = began
+        assert sorted(throttle._refreshes_due(now)) == [
+            k for k in keys if throttle.refresh_due(k, began, now)], (began, now)
 
 
 def test_a_fetch_session_is_split_into_one_share_per_bucket_each_with_the_whole_header():

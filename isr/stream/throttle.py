@@ -108,7 +108,12 @@ class StateThrottle(Listener):
         # serials of the sessions that fetched, the batch's first watermark.
         self.fetched_sids: set = set()
         self.began = -(2**63)
-        self._phase: dict[tuple, int] = {}  # a partition's refresh phase (refresh_due)
+        # The quiet partitions' refresh phases (refresh_due), indexed: each
+        # one's, and the phases sorted with their partitions alongside.
+        self._phase: dict[tuple, int] = {}
+        self._phases: list[int] = []
+        self._phased: list[tuple] = []
+        self._phased_new: list[tuple] = []  # to index (at the next _refreshes_due)
         # Per partition, its models' `shown` values as last sent to the
         # metrics (metrics_keys). Not state: after a restore every partition
         # a batch touches is sent once.
@@ -119,11 +124,6 @@ class StateThrottle(Listener):
         # session's link (on_unlink) or its refresh is due. Worker-local, as
         # `shown`; cleared with it and by a restore.
         self.quiet_keys: set = set()
-        # The quiet partitions by their refresh phase (refresh_due), sorted:
-        # [(phase, key)], and the keys indexed (those added since: _phased_new).
-        self._phased: list = []
-        self._phased_keys: set = set()
-        self._phased_new: list = []
         # Of the last take_touched: the partitions an event, an ISR change, a
         # broker event or a fetch of the batch reached (not only a session's
         # fetch): the only pending ones whose membership may have changed.
@@ -229,7 +229,7 @@ class StateThrottle(Listener):
                 last[key] = now_shown
                 if all_quiet:
                     quiet_keys.add(key)
-                    if key not in self._phased_keys:
+                    if key not in self._phase:
                         self._phased_new.append(key)
                 else:
                     quiet_keys.discard(key)
@@ -262,16 +262,13 @@ class StateThrottle(Listener):
         (t + phase) % interval == 0 for a t in (began, now], so the phases
         -t mod interval, one range (two, wrapped around)."""
         if self._phased_new:
-            added = [(self._phase_of(key), key) for key in self._phased_new]
-            self._phased_keys.update(self._phased_new)
-            self._phased_new = []
-            self._phased = sorted(self._phased + added)
+            self._index_phases()
         interval, span = self.metrics_interval_ms, now - self.began
-        phased = self._phased
+        phases, phased = self._phases, self._phased
         if span <= 0:
             return []
         if span >= interval:
-            return [key for _phase, key in phased]
+            return phased
         low = -now % interval
         high = low + span - 1
         ranges = [(low, min(high, interval - 1))]
@@ -279,15 +276,26 @@ class StateThrottle(Listener):
             ranges.append((0, high - interval))
         out = []
         for lo, hi in ranges:
-            first = bisect.bisect_left(phased, (lo,))
-            end = bisect.bisect_left(phased, (hi + 1,))
-            out.extend([key for _phase, key in phased[first:end]])
+            out.extend(phased[bisect.bisect_left(phases, lo):bisect.bisect_right(phases, hi)])
         return out
 
+    def _index_phases(self) -> None:
+        """Add the partitions sent quiet for the first time to the phase index."""
+        phase_of, added = self._phase, []
+        for key in self._phased_new:
+            if key not in phase_of:
+                phase_of[key] = phase = self._phase_of(key)
+                added.append((phase, key))
+        self._phased_new = []
+        pairs = sorted([*zip(self._phases, self._phased), *added])
+        self._phases = [phase for phase, _key in pairs]
+        self._phased = [key for _phase, key in pairs]
+
     def _phase_of(self, key: tuple) -> int:
+        """A partition's refresh phase: a crc32 of its key, the same in every worker."""
         phase = self._phase.get(key)
         if phase is None:
-            phase = self._phase[key] = zlib.crc32(repr(key).encode()) % self.metrics_interval_ms
+            phase = zlib.crc32(repr(key).encode()) % self.metrics_interval_ms
         return phase
 
     def refresh_due(self, key: tuple, began: int, now: int) -> bool:
