@@ -30,6 +30,12 @@ earlier batch and touches nothing now. Before (it heard every fetch) the
 engine caught every partition of a live session up at every batch: ~1 ms
 per event at 100 k partitions (docs/benchmarks.md, issue 23, branch
 `runprof`).
+
+Neither `due` nor `metrics_keys` walks every pending or touched partition
+each batch: each looks at the partitions changed, due (an index by the
+watermark an interval ends at; one by refresh phase) or at risk (a session
+that lapsed or lost a link), and proves the others unchanged
+(docs/streaming.md; issue 23, branch `outwalk`).
 """
 
 from __future__ import annotations
