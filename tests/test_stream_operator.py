@@ -294,6 +294,38 @@ def test_partition_state_is_throttled_but_membership_changes_and_the_end_of_run_
     assert of_kind(process(p, bucket, [end_of_run()]), "partition_state") == []  # nothing pending
 
 
+def test_the_state_throttle_looks_only_at_the_partitions_changed_or_due():
+    """output.state_interval_ms = 10 s, 200 partitions pending: a batch
+    that changes 2 of them looks at those 2 only (not every pending one, as
+    it did every batch), a leader change goes out at once, and the pending
+    ones go out when their interval ends, with no change."""
+    throttle = StateThrottle(10_000)
+    engine = LocalEngine(MonitorSettings(), listeners=[throttle])
+    looked = []
+
+    def models_of(key):  # (a partition pending anew is also looked at to index it)
+        looked.append(key[2])
+        return [parts[key] for parts in engine.partitions.values() if key in parts]
+
+    def batch(events, watermark):
+        engine.apply_in_order(events)
+        throttle.take_touched()
+        looked.clear()
+        return sorted({m.partition for m in throttle.due(models_of, T0 + watermark)})
+
+    assert batch([leader(0, partition=q) for q in range(200)], 1000) == list(range(200))
+    assert batch([append(2000, 5, partition=q) for q in range(200)], 2000) == []
+    assert batch([append(3000, 6, partition=0), append(3000, 6, partition=1)], 5000) == []
+    assert set(looked) == {0, 1}
+    assert batch([leader(6000, partition=7, leader_epoch=2)], 6000) == [7]  # at once
+    assert set(looked) == {7}
+    assert batch([], 10999) == [] and looked == []
+    assert batch([], 11000) == [q for q in range(200) if q != 7]  # 10 s since first seen
+    assert batch([append(12000, 7, partition=7, leader_epoch=2)], 15000) == []
+    assert set(looked) == {7}
+    assert batch([], 16000) == [7] and set(looked) == {7}  # 10 s since the leader change
+
+
 def test_touched_partitions_are_those_with_an_event_or_a_change():
     touched = StateThrottle()
     engine = LocalEngine(MonitorSettings(), listeners=[touched])
@@ -403,6 +435,87 @@ def test_the_metrics_get_changed_and_at_risk_partitions_not_quiet_session_fetche
     assert counts == {"isr_under_replicated_partitions": 1}
 
 
+def test_the_metrics_look_only_at_partitions_changed_or_whose_session_lapsed_or_forgot(
+        monkeypatch):
+    """refresh 10⁹ ms, RF 3, one session per follower: a batch of session
+    fetches only looks at no partition's state (it looked at every one
+    fetched); a partition one follower's session forgets, and the
+    partitions of a session that stops fetching, are sent (that follower no
+    longer fetches them), as the job that looks at every one sends them."""
+    from isr.stream import throttle
+
+    looked = []
+
+    def counted(m, sessions):
+        looked.append(m.partition)
+        return throttle_shown(m, sessions)
+
+    throttle_shown = throttle.shown
+    monkeypatch.setattr(throttle, "shown", counted)
+    p = BucketProcessor(MONITOR, partition_metrics=True, metrics_refresh_ms=10**9)
+    bucket = p.restore(None)
+
+    def fetches(start, epoch, replicas=(2, 3), listed=None, forgotten=()):
+        return [session_event(start + 500 * i, 5 + r, epoch + i,
+                              listed if i == 0 and listed else {},
+                              forgotten if i == 0 else (), replica=r)
+                for i in range(4) for r in replicas]
+
+    batches = [
+        [leader(0, replicas=[1, 2, 3], isr=[1, 2, 3], partition=q) for q in range(3)]
+        + fetches(100, 0, listed={q: 0 for q in range(3)}),
+        fetches(2000, 4),                    # only fetched
+        fetches(4000, 8, forgotten=[0]),     # 2's session forgets 0 (3's still fetches it)
+        fetches(6000, 12, replicas=(2,)),    # 3's session lapses: 1 and 2
+        fetches(8000, 16, replicas=(2,)),
+    ]
+    sent, looked_at, offset = [], [], 0
+    for events in batches:
+        looked.clear()
+        out = process(p, bucket, [pack(events, first_offset=offset)])
+        offset += len(events)
+        sent.append(sorted({s["partition"] for r in out if r.kind == "partition_metrics"
+                            for s in json.loads(r.value)}))
+        looked_at.append(sorted(set(looked)))
+    # (a batch's fetches reach the watermark, hence the metrics, a batch later)
+    assert sent == [[0, 1, 2], [], [0], [], [1, 2]]
+    assert looked_at[1] == []
+
+
+def test_a_partition_a_session_forgets_goes_to_the_metrics_though_not_changed():
+    """RF 3, one session per follower, refresh 10⁹ ms: when follower 2's
+    session forgets partition 0 in its first fetch of a batch (its earlier
+    fetch of 0, caught up then, is one of the batch before: nothing changed
+    in this one), partition 0, still fetched by 3's session, is sent: its
+    follower 2 no longer fetches it (on_unlink)."""
+    touched = StateThrottle(0, 10**9)
+    engine = LocalEngine(MonitorSettings(), listeners=[touched], external_watermark=True)
+    seq = iter(range(100))
+
+    def models_of(key):
+        return [parts[key] for parts in engine.partitions.values() if key in parts]
+
+    def batch(events, watermark):
+        touched.begin(engine.sequencer.watermark)
+        for ev in events:
+            engine.submit(ev, next(seq))
+        engine.advance_watermark(T0 + watermark)
+        keys = touched.take_batch()
+        return [key[2] for key in touched.metrics_keys(
+            keys, models_of, T0 + watermark, engine.session_driver.sessions.by_sid)]
+
+    def fetched(t, epoch, forgotten=(), listed=None):
+        return [session_event(t, 5 + r, epoch, listed or {}, forgotten if r == 2 else (),
+                              replica=r) for r in (2, 3)]
+
+    parts = [leader(0, replicas=[1, 2, 3], isr=[1, 2, 3], partition=q) for q in range(3)]
+    assert batch(parts + fetched(100, 0, listed={q: 0 for q in range(3)})
+                 + fetched(600, 1), 1000) == [0, 1, 2]
+    assert batch(fetched(1100, 2), 2000) == []
+    assert batch(fetched(2100, 3, forgotten=[0]), 3000) == [0]
+    assert batch(fetched(3100, 4), 4000) == [0]  # (sent while 2 does not fetch it)
+
+
 def test_a_quiet_partition_is_refreshed_once_per_interval_spread_over_the_batches():
     throttle = StateThrottle(0, 10_000)
     keys = [("c", "t", q) for q in range(1000)]
@@ -411,6 +524,13 @@ def test_a_quiet_partition_is_refreshed_once_per_interval_spread_over_the_batche
     assert sorted(k for d in due for k in d) == keys  # each once in 10 s
     assert all(50 < len(d) < 150 for d in due)  # ~a tenth in each second
     assert not throttle.refresh_due(keys[0], 5000, 5000)  # the watermark stood still
+    # The phase index finds the same ones, without a look at the others.
+    throttle._phased_new = list(keys)
+    for began, now in [(0, 1000), (9500, 10400), (12345, 19999), (3, 10003), (7, 900007),
+                       (42, 42), (9999, 10000)]:
+        throttle.began = began
+        assert sorted(throttle._refreshes_due(now)) == [
+            k for k in keys if throttle.refresh_due(k, began, now)], (began, now)
 
 
 def test_a_fetch_session_is_split_into_one_share_per_bucket_each_with_the_whole_header():

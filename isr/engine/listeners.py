@@ -85,6 +85,11 @@ class Listener:
         listener that skips quiet fetches but must know which partitions
         were fetched learns it here, once per session fetch."""
 
+    def on_unlink(self, model) -> None:
+        """`model` lost a fetch session's link (its follower forgot the
+        partition, or the session closed): a follower it fed may no longer
+        be fetching (isr/stream/throttle.py, `quiet`)."""
+
     def quiet_serve_ms(self) -> Optional[int]:
         """A fetch taking longer than this to serve is never skipped (None: any may be)."""
         return None

@@ -156,6 +156,7 @@ class LocalEngine:
         self._on_broker_hooks = hooks(self.listeners, "on_broker")
         self._on_time = hooks(self.listeners, "on_time")
         self._on_session_fetch = hooks(self.listeners, "on_session_fetch")
+        self._on_unlink = hooks(self.listeners, "on_unlink")
         self._clear_state_delta = hooks(self.listeners, "clear_state_delta")
         # Fetch sessions (sessions.py): what a listener needs of the fetches
         # catching up may skip.

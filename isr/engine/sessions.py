@@ -232,6 +232,8 @@ class SessionDriver:
                 del m.sessions[session.sid]
                 self.engine.deadlines.touch(m)
                 self.engine.dirty[id(m)] = m
+                for hook in self.engine._on_unlink:
+                    hook(m)
         del session.cached[tp]
         self.dirty.add(session.sid)
 
@@ -246,6 +248,8 @@ class SessionDriver:
                 if m is not None and m.sessions.pop(session.sid, None) is not None:
                     self.engine.deadlines.touch(m)
                     self.engine.dirty[id(m)] = m
+                    for hook in self.engine._on_unlink:
+                        hook(m)
         self.sessions.close(session)
         self.last.pop(session.sid, None)
 

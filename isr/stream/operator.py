@@ -210,7 +210,7 @@ class BucketProcessor:
                 engine.finish(until=end_ts)
                 stats = OutputRecord(SUMMARY, str(bucket_id), f"summary/{bucket_id}", end_ts,
                                      json.dumps(bucket_summary(engine)))
-                bucket.touched.take_touched()
+                bucket.touched.take_batch()
                 # Every model's state goes out: each brought up to date and
                 # visited once (engine.models() does the catching up).
                 models = list(engine.models())
@@ -222,10 +222,11 @@ class BucketProcessor:
             wm = bucket.watermark
             internal = [OutputRecord(WATERMARK, str(bucket_id), f"watermark/{bucket_id}", wm, "")]
             models_of = lambda key: self._models(engine, key)  # noqa: E731
-            touched = bucket.touched.take_touched()
+            touched = bucket.touched.take_batch()
             if self.partition_metrics and touched:
                 keys = bucket.touched.metrics_keys(
-                    touched, lambda key: self._models(engine, key, False), wm)
+                    touched, lambda key: self._models(engine, key, False), wm,
+                    engine.session_driver.sessions.by_sid)
                 if keys:
                     internal.append(OutputRecord(
                         PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,

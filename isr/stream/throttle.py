@@ -30,15 +30,25 @@ earlier batch and touches nothing now. Before (it heard every fetch) the
 engine caught every partition of a live session up at every batch: ~1 ms
 per event at 100 k partitions (docs/benchmarks.md, issue 23, branch
 `runprof`).
+
+Neither `due` nor `metrics_keys` walks every pending or touched partition
+each batch: each looks at the partitions changed, due (an index by the
+watermark an interval ends at; one by refresh phase) or at risk (a session
+that lapsed or lost a link), and proves the others unchanged
+(docs/streaming.md; issue 23, branch `outwalk`).
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import zlib
 from typing import Iterable
 
 from isr.engine.listeners import Listener
 from isr.model.health import isr_health
+
+NEVER = -(2**63)  # the index's watermark for a partition never sent under one of its policies
 
 
 def membership(model) -> list:
@@ -104,11 +114,36 @@ class StateThrottle(Listener):
         # serials of the sessions that fetched, the batch's first watermark.
         self.fetched_sids: set = set()
         self.began = -(2**63)
-        self._phase: dict[tuple, int] = {}  # a partition's refresh phase (refresh_due)
+        # The quiet partitions' refresh phases (refresh_due), indexed: each
+        # one's, and the phases sorted with their partitions alongside.
+        self._phase: dict[tuple, int] = {}
+        self._phases: list[int] = []
+        self._phased: list[tuple] = []
+        self._phased_new: list[tuple] = []  # to index (at the next _refreshes_due)
         # Per partition, its models' `shown` values as last sent to the
         # metrics (metrics_keys). Not state: after a restore every partition
         # a batch touches is sent once.
         self.shown: dict[tuple, list] = {}
+        # The partitions whose `shown` values last sent were all quiet
+        # (metrics_keys): one of them a batch reached only by its sessions'
+        # fetches is left out unless a session of its lapsed, it lost a
+        # session's link (on_unlink) or its refresh is due. Worker-local, as
+        # `shown`; cleared with it and by a restore.
+        self.quiet_keys: set = set()
+        # Of the last take_touched: the partitions an event, an ISR change, a
+        # broker event or a fetch of the batch reached (not only a session's
+        # fetch): the only pending ones whose membership may have changed.
+        self.changed: set = set()
+        # The pending partitions by the watermark their interval ends at
+        # (`due`): so a batch looks only at the partitions changed or due,
+        # not at every pending one. NEVER: not sent under every policy yet.
+        self._due_at: dict[tuple, int] = {}
+        self._by_due: dict[int, list] = {}  # watermark -> partitions indexed at it
+        self._due_heap: list[int] = []  # the watermarks of _by_due
+        self._unindexed: list[tuple] = []  # pending since the last `due`, not indexed yet
+        # False after the pending set came from a saved state: the next
+        # `due` looks at every pending partition and indexes them.
+        self._indexed = True
 
     def begin(self, watermark: int) -> None:
         """A batch starts; the watermark stands at `watermark` (every event
@@ -140,9 +175,18 @@ class StateThrottle(Listener):
     def on_broker(self, model, event, out: list) -> None:
         self.touched.add(model.key)
 
+    def on_unlink(self, model) -> None:
+        self.quiet_keys.discard(model.key)  # a follower it fed may not fetch now
+
     def take_touched(self) -> list[tuple]:
         """The partitions changed since the last call, sorted; they are pending now."""
+        return sorted(self.take_batch())
+
+    def take_batch(self) -> set:
+        """take_touched's partitions, as a set (the operator's: no sort of
+        every partition a session fetched)."""
         touched, self.touched = self.touched, set()
+        self.changed = set(touched)
         # Until the next batch begins, a fetch applied is one this batch's
         # views catch up (engine.current): counted here already.
         self.since = 2**63
@@ -153,35 +197,112 @@ class StateThrottle(Listener):
                 touched.update([(cluster, topic, partition)
                                 for topic, partition in session.cached])
             self.fetched = {}
+        if self.interval_ms > 0:
+            self._unindexed.extend(touched - self.pending)
         self.pending |= touched
-        return sorted(touched)
+        return touched
 
-    def metrics_keys(self, touched: list, models_of, now: int) -> list:
-        """Of the partitions the last take_touched gave (`touched`, sorted),
-        those whose state goes to the metrics in this batch, whose watermark
-        is `now` (`models_of(key)`: the partition's models as they stand, not
-        caught up). Those whose `shown` values (membership, offsets, whether
-        `quiet`) differ from the ones last sent; those not `quiet` (a
-        follower's lag or time since caught up grows: shown every batch);
-        the others when `refresh_due`. A model not caught up is one whose
-        pending session fetches move only its followers' times
-        (SessionDriver.is_steady; any other is visited, hence caught up, at
-        every check: deadlines.py), so what `shown` reads is exact as it
-        stands, and the cluster counts and those gauges stay exact without
-        the partitions left out."""
+    def metrics_keys(self, touched, models_of, now: int, sessions=None) -> list:
+        """Of the partitions the last take_touched gave (`touched`), in
+        partition order, those whose state goes to the metrics in this
+        batch, whose watermark is `now` (`models_of(key)`: the partition's
+        models as they stand, not caught up). Those whose `shown` values
+        (membership, offsets, whether `quiet`) differ from the ones last
+        sent; those not `quiet` (a follower's lag or time since caught up
+        grows: shown every batch); the others when `refresh_due`. A model
+        not caught up is one whose pending session fetches move only its
+        followers' times (SessionDriver.is_steady; any other is visited,
+        hence caught up, at every check: deadlines.py), so what `shown`
+        reads is exact as it stands, and the cluster counts and those
+        gauges stay exact without the partitions left out.
+
+        `sessions`: the engine's fetch sessions by serial
+        (SessionDriver.sessions.by_sid); with them only the candidates are
+        looked at (`_metrics_candidates`), else every touched partition."""
         if self.metrics_interval_ms <= 0 or not self.fetched_sids:
             self.shown.clear()  # (every touched one is sent: nothing to compare with)
-            return touched
-        sids, began, last = self.fetched_sids, self.began, self.shown
+            self.quiet_keys.clear()
+            return sorted(touched)
+        if sessions is not None:
+            touched = self._metrics_candidates(touched, sessions, now)
+        sids, began, last, quiet_keys = self.fetched_sids, self.began, self.shown, self.quiet_keys
         out = []
-        for key in touched:
+        for key in sorted(touched):
             models = list(models_of(key))
             now_shown = [shown(m, sids) for m in models]
-            if (last.get(key) != now_shown or not all(q for *_, q in now_shown)
-                    or self.refresh_due(key, began, now)):
+            all_quiet = all(q for *_, q in now_shown)
+            if last.get(key) != now_shown or not all_quiet or self.refresh_due(key, began, now):
                 last[key] = now_shown
+                if all_quiet:
+                    quiet_keys.add(key)
+                    if key not in self._phase:
+                        self._phased_new.append(key)
+                else:
+                    quiet_keys.discard(key)
                 out.append(key)
         return out
+
+    def _metrics_candidates(self, touched: set, sessions: dict, now: int) -> set:
+        """The touched partitions metrics_keys must look at: all but those
+        last sent quiet (`quiet_keys`) that the batch reached only by their
+        sessions' fetches (not `changed`), whose every session fetched in
+        the batch, and whose refresh is not due. Such a partition's model
+        moved, since its state was last sent, only by pending fetches caught
+        up, which move only its followers' times, and its links are the same
+        (a lost one: on_unlink): its `shown` values are the ones last sent,
+        still quiet. So the work follows what changed, the sessions that
+        lapsed and the refreshes due, not the partitions fetched."""
+        out = touched - self.quiet_keys
+        out |= self.changed
+        sids = self.fetched_sids
+        for sid, session in sessions.items():
+            if sid not in sids and session.cached:  # its followers' times grow
+                cluster = session.cluster
+                out.update([(cluster, topic, partition) for topic, partition in session.cached])
+        out.update(self._refreshes_due(now))
+        return out & touched
+
+    def _refreshes_due(self, now: int) -> list:
+        """The quiet partitions whose phase the watermark passed from `began`
+        to `now` (refresh_due), from the phase index: a refresh due at
+        (t + phase) % interval == 0 for a t in (began, now], so the phases
+        -t mod interval, one range (two, wrapped around)."""
+        if self._phased_new:
+            self._index_phases()
+        interval, span = self.metrics_interval_ms, now - self.began
+        phases, phased = self._phases, self._phased
+        if span <= 0:
+            return []
+        if span >= interval:
+            return phased
+        low = -now % interval
+        high = low + span - 1
+        ranges = [(low, min(high, interval - 1))]
+        if high >= interval:
+            ranges.append((0, high - interval))
+        out = []
+        for lo, hi in ranges:
+            out.extend(phased[bisect.bisect_left(phases, lo):bisect.bisect_right(phases, hi)])
+        return out
+
+    def _index_phases(self) -> None:
+        """Add the partitions sent quiet for the first time to the phase index."""
+        phase_of, added = self._phase, []
+        for key in self._phased_new:
+            if key not in phase_of:
+                phase_of[key] = phase = self._phase_of(key)
+                added.append((phase, key))
+        self._phased_new = []
+        pairs = sorted([*zip(self._phases, self._phased), *added])
+        self._phases = [phase for phase, _key in pairs]
+        self._phased = [key for _phase, key in pairs]
+
+    def _phase_of(self, key: tuple) -> int:
+        """A partition's refresh phase: a crc32 of its key, the same in every worker."""
+        phase = self._phase.get(key)
+        if phase is None:
+            phase = zlib.crc32(repr(key).encode()) % self.metrics_interval_ms
+        return phase
 
     def refresh_due(self, key: tuple, began: int, now: int) -> bool:
         """Whether a quiet partition's state is due at the metrics: once per
@@ -191,32 +312,98 @@ class StateThrottle(Listener):
         of a bucket are spread over the batches of an interval."""
         if now <= began:
             return False
-        interval = self.metrics_interval_ms
-        phase = self._phase.get(key)
-        if phase is None:
-            phase = self._phase[key] = zlib.crc32(repr(key).encode()) % interval
+        interval, phase = self.metrics_interval_ms, self._phase_of(key)
         return (now + phase) // interval > (began + phase) // interval
 
     def due(self, models_of, now: int, flush: bool = False, current=None) -> list:
         """The models whose partition_state goes out now (`models_of(key)`:
-        a partition's model under each policy, as it stands); `flush`: every
-        pending one. `current(m)`: the model brought up to date (its
-        session's pending fetches: engine.current), done only for the
-        models that go out; their membership is the same either way (a
-        fetch left pending moves only its follower's times:
-        SessionDriver.is_steady)."""
+        a partition's model under each policy, as it stands), in partition
+        order; `flush`: every pending one. `current(m)`: the model brought up
+        to date (its session's pending fetches: engine.current), done only
+        for the models that go out; their membership is the same either way
+        (a fetch left pending moves only its follower's times:
+        SessionDriver.is_steady).
+
+        Only the pending partitions whose interval has ended (the index) and
+        those changed since the last `due` are looked at: a pending partition
+        not sent has the membership it was last sent with (else it would
+        have gone out), and only a change (on_event, on_change, on_broker, a
+        fetch of the batch: `changed`, or `touched` since) can move it."""
+        if flush or self.interval_ms <= 0 or not self._indexed:
+            keys = sorted(self.pending)
+        else:
+            self._index_new(models_of)
+            keys = self._time_due(now)
+            keys.update((self.changed | self.touched) & self.pending)
+            keys = sorted(keys)
         out = []
-        for key in sorted(self.pending):
+        pending, due_at = self.pending, self._due_at
+        for key in keys:
             models = list(models_of(key))
             latest = {(m.rules.policy, *key): membership(m) for m in models}
             if flush or self.interval_ms <= 0 or any(
                     self._due(k, members, now) for k, members in latest.items()):
-                self.pending.discard(key)
+                pending.discard(key)
+                due_at.pop(key, None)
                 for k, members in latest.items():
                     self.sent[k] = [now, members]
                     self.sent_changed.add(k)
                 out.extend(models if current is None else map(current, models))
+        if flush:
+            self._clear_index()
+        elif not self._indexed:  # every pending one was looked at: index those left
+            self._clear_index()
+            self._unindexed = list(pending)
+            self._index_new(models_of)
+            self._indexed = True
         return out
+
+    def _index_new(self, models_of) -> None:
+        """Index the partitions pending since the last `due` at the watermark
+        their interval ends at: the earliest of their policies' last sends
+        plus `interval_ms`, NEVER if one of their models was never sent."""
+        sent, interval, pending = self.sent, self.interval_ms, self.pending
+        for key in self._unindexed:
+            if key not in pending or key in self._due_at:
+                continue
+            at = None
+            for m in models_of(key):
+                last = sent.get((m.rules.policy, *key))
+                if last is None:
+                    at = NEVER
+                    break
+                if at is None or last[0] + interval < at:
+                    at = last[0] + interval
+            self._place(key, NEVER if at is None else at)
+        self._unindexed = []
+
+    def _place(self, key: tuple, at: int) -> None:
+        self._due_at[key] = at
+        keys = self._by_due.get(at)
+        if keys is None:
+            self._by_due[at] = [key]
+            heapq.heappush(self._due_heap, at)
+        else:
+            keys.append(key)
+
+    def _time_due(self, now: int) -> set:
+        """The pending partitions whose interval has ended by `now`, out of
+        the index (an entry of a partition sent since, or indexed anew, no
+        longer counts)."""
+        heap, by_due, due_at = self._due_heap, self._by_due, self._due_at
+        out = set()
+        while heap and heap[0] <= now:
+            at = heapq.heappop(heap)
+            for key in by_due.pop(at):
+                if due_at.get(key) == at:
+                    out.add(key)
+        return out
+
+    def _clear_index(self) -> None:
+        self._due_at.clear()
+        self._by_due.clear()
+        self._due_heap.clear()
+        self._unindexed = []
 
     def _due(self, key: tuple, members: list, now: int) -> bool:
         last = self.sent.get(key)
@@ -225,6 +412,7 @@ class StateThrottle(Listener):
     def all_sent(self, models: Iterable, now: int) -> None:
         """Every model's state went out (the end of a bounded input)."""
         self.pending.clear()
+        self._clear_index()
         for m in models:
             key = (m.rules.policy, *m.key)
             self.sent[key] = [now, membership(m)]
@@ -237,6 +425,9 @@ class StateThrottle(Listener):
         pending, sent = state
         self.pending = {tuple(k) for k in pending}
         self.sent = {tuple(row[:4]): [row[4], row[5]] for row in sent}
+        self._clear_index()
+        self._indexed = False
+        self.quiet_keys.clear()  # models changed elsewhere: each looked at again
 
     def state_delta(self) -> list:
         """The pending partitions and the `sent` entries changed since the last call."""
@@ -252,3 +443,6 @@ class StateThrottle(Listener):
         self.pending = {tuple(k) for k in pending}
         for row in sent:
             self.sent[tuple(row[:4])] = [row[4], row[5]]
+        self._clear_index()
+        self._indexed = False
+        self.quiet_keys.clear()  # models changed elsewhere: each looked at again
