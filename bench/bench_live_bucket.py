@@ -48,8 +48,8 @@ from isr.stream.packing import END_OF_INPUT, Packer
 class FakeState:
     """What applyInPandasWithState's GroupState gives the function: the row."""
 
-    def __init__(self) -> None:
-        self.row = None
+    def __init__(self, row=None) -> None:
+        self.row = row
 
     @property
     def exists(self) -> bool:

@@ -46,26 +46,13 @@ def capture(first: int, out: str, bench_argv: list) -> None:
     runpy.run_path(tree + "/bench/bench_live_bucket.py", run_name="__main__")
 
 
-class FakeState:
-    def __init__(self, row) -> None:
-        self.row = row
-
-    @property
-    def exists(self) -> bool:
-        return self.row is not None
-
-    @property
-    def get(self):
-        return self.row
-
-    def update(self, row) -> None:
-        self.row = tuple(row)
-
-
 def run(path: str, flags: list) -> None:
     from isr.config import load_settings
     from isr.stream import statelog
     from isr.stream.operator import BucketProcessor, _call
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_live_bucket import FakeState  # noqa: E402 - the bench's own state handle
 
     with open(path, "rb") as f:
         kept = pickle.load(f)
