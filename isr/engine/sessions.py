@@ -230,10 +230,7 @@ class SessionDriver:
             if m is not None and session.sid in m.sessions:
                 self.catch_up(m)
                 del m.sessions[session.sid]
-                self.engine.deadlines.touch(m)
-                self.engine.dirty[id(m)] = m
-                for hook in self.engine._on_unlink:
-                    hook(m)
+                self._unlinked(m)
         del session.cached[tp]
         self.dirty.add(session.sid)
 
@@ -246,12 +243,16 @@ class SessionDriver:
             for models in self.engine.partitions.values():
                 m = models.get(key)
                 if m is not None and m.sessions.pop(session.sid, None) is not None:
-                    self.engine.deadlines.touch(m)
-                    self.engine.dirty[id(m)] = m
-                    for hook in self.engine._on_unlink:
-                        hook(m)
+                    self._unlinked(m)
         self.sessions.close(session)
         self.last.pop(session.sid, None)
+
+    def _unlinked(self, m) -> None:
+        """`m` lost a session's link: re-indexed, changed, and the listeners told."""
+        self.engine.deadlines.touch(m)
+        self.engine.dirty[id(m)] = m
+        for hook in self.engine._on_unlink:
+            hook(m)
 
     def _touch_session(self, session: Session) -> None:
         touch = self.engine.deadlines.touch

@@ -210,7 +210,7 @@ class BucketProcessor:
                 engine.finish(until=end_ts)
                 stats = OutputRecord(SUMMARY, str(bucket_id), f"summary/{bucket_id}", end_ts,
                                      json.dumps(bucket_summary(engine)))
-                bucket.touched.take_batch()
+                bucket.touched.take_touched()
                 # Every model's state goes out: each brought up to date and
                 # visited once (engine.models() does the catching up).
                 models = list(engine.models())
@@ -222,7 +222,7 @@ class BucketProcessor:
             wm = bucket.watermark
             internal = [OutputRecord(WATERMARK, str(bucket_id), f"watermark/{bucket_id}", wm, "")]
             models_of = lambda key: self._models(engine, key)  # noqa: E731
-            touched = bucket.touched.take_batch()
+            touched = bucket.touched.take_touched()
             if self.partition_metrics and touched:
                 keys = bucket.touched.metrics_keys(
                     touched, lambda key: self._models(engine, key, False), wm,

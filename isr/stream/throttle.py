@@ -178,13 +178,9 @@ class StateThrottle(Listener):
     def on_unlink(self, model) -> None:
         self.quiet_keys.discard(model.key)  # a follower it fed may not fetch now
 
-    def take_touched(self) -> list[tuple]:
-        """The partitions changed since the last call, sorted; they are pending now."""
-        return sorted(self.take_batch())
-
-    def take_batch(self) -> set:
-        """take_touched's partitions, as a set (the operator's: no sort of
-        every partition a session fetched)."""
+    def take_touched(self) -> set:
+        """The partitions changed since the last call; they are pending now.
+        A set: no sort of every partition a session fetched."""
         touched, self.touched = self.touched, set()
         self.changed = set(touched)
         # Until the next batch begins, a fetch applied is one this batch's
@@ -399,6 +395,14 @@ class StateThrottle(Listener):
                     out.add(key)
         return out
 
+    def _restored(self) -> None:
+        """The pending set and `sent` came from a saved state: the next `due`
+        looks at every pending partition and indexes them again, and the
+        metrics look at every touched one (models changed elsewhere)."""
+        self._clear_index()
+        self._indexed = False
+        self.quiet_keys.clear()
+
     def _clear_index(self) -> None:
         self._due_at.clear()
         self._by_due.clear()
@@ -425,9 +429,7 @@ class StateThrottle(Listener):
         pending, sent = state
         self.pending = {tuple(k) for k in pending}
         self.sent = {tuple(row[:4]): [row[4], row[5]] for row in sent}
-        self._clear_index()
-        self._indexed = False
-        self.quiet_keys.clear()  # models changed elsewhere: each looked at again
+        self._restored()
 
     def state_delta(self) -> list:
         """The pending partitions and the `sent` entries changed since the last call."""
@@ -443,6 +445,4 @@ class StateThrottle(Listener):
         self.pending = {tuple(k) for k in pending}
         for row in sent:
             self.sent[tuple(row[:4])] = [row[4], row[5]]
-        self._clear_index()
-        self._indexed = False
-        self.quiet_keys.clear()  # models changed elsewhere: each looked at again
+        self._restored()
