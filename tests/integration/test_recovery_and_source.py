@@ -35,9 +35,12 @@ DEMO_PORT = int(os.environ.get("ISR_TEST_DEMO_PORT", "19510"))
 DEMO_KAFKA_PORT = int(os.environ.get("ISR_TEST_DEMO_KAFKA_PORT", "19600"))
 
 
-def _run(config: Path) -> subprocess.Popen:
+def _run(config: Path, available_now: bool = True) -> subprocess.Popen:
+    """`isr run` on `config`; `available_now`: read what is there, then end
+    (without it the job runs on its trigger_interval until killed)."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, ISR_SPARK_LOG_LEVEL="ERROR")
-    return subprocess.Popen([sys.executable, "-m", "isr.cli", "run", "--available-now",
+    until = ["--available-now"] if available_now else []
+    return subprocess.Popen([sys.executable, "-m", "isr.cli", "run", *until,
                              "--config", str(config)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)  # its JVM is in the same group
@@ -67,11 +70,13 @@ def test_kill_9_mid_stream_then_restart_gives_exactly_the_uninterrupted_output(b
     # Crashed: kill -9 (the Python driver and its JVM) once a few batches are out.
     name = f"crash{uuid.uuid4().hex[:6]}"
     # Batches 3 s apart, whatever the machine's speed: the kill must come
-    # before the last one (a fast machine did all 8 between two polls of
-    # 1 s batches); the batches' contents, set by the read limit, are the same.
+    # before the last one. The trigger interval holds only without
+    # --available-now, which runs the batches back to back (~0.5 s each on
+    # an idle machine: all 8 once came out between two polls). The batches'
+    # contents, set by the read limit, are the same either way.
     config = workload.job_config(tmp_path, broker, name, input_topic, limit=150,
                                  trigger_interval="3 seconds")
-    proc = _run(config)
+    proc = _run(config, available_now=False)
     deadline = time.monotonic() + 300
     while _committed_batches(broker, name) < 3 and time.monotonic() < deadline:
         assert proc.poll() is None, "the job ended before it could be killed"
@@ -80,7 +85,7 @@ def test_kill_9_mid_stream_then_restart_gives_exactly_the_uninterrupted_output(b
     proc.wait()
     killed_after = _committed_batches(broker, name)
     assert 3 <= killed_after
-    proc = _run(config)  # restart from the checkpoint
+    proc = _run(config)  # restart from the checkpoint, to the end of the input
     assert proc.wait(timeout=600) == 0, proc.stderr.read().decode()[-3000:]
 
     # Alerts included: the restarted job neither re-fires nor loses a resolve.
