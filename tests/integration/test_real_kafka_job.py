@@ -137,8 +137,8 @@ def test_isr_run_on_the_real_cluster_writes_what_replay_decides(kafka, tmp_path)
         job = run_kept([*command, "--available-now", *[a for o in own for a in ("--set", o)]],
                        cwd=ROOT, env=env, out_dir=tmp_path, name=prefix, timeout=400)
         took[launcher] = round(time.monotonic() - started, 1)
-        assert job.returncode == 0, crash_report(job, cwd=ROOT, out_dir=tmp_path, name=prefix,
-                                                 started=since)
+        assert job.returncode == 0, f"{launcher}: " + crash_report(
+            job, cwd=ROOT, out_dir=tmp_path, name=prefix, started=since)
         changes = sorted(messages(kafka, f"{prefix}.changes"), key=lambda d: d["id"])
         alerts = sorted(messages(kafka, f"{prefix}.alerts"), key=lambda d: d["id"])
         assert changes == expected["isr_change"], launcher
