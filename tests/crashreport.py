@@ -14,6 +14,7 @@ native frames of the thread that aborted or faulted."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import resource
@@ -21,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import time
+import zipfile
 from pathlib import Path
 from typing import Optional
 
@@ -83,6 +85,30 @@ def core_files(cwd: Path, since: float) -> tuple[list[Path], str]:
     return sorted(found), pattern
 
 
+# Native libraries a JVM extracts from a jar into java.io.tmpdir and deletes
+# as it exits: gdb needs the file back to name their frames (a core's frames
+# in RocksDB's JNI library are "??" otherwise). Name pattern -> (jar, member).
+JNI_LIBRARIES = {re.compile(r"librocksdbjni\d*\.so$"):
+                 ("rocksdbjni-*.jar", "librocksdbjni-linux64.so")}
+
+
+def restore_jni_libraries(gdb_warnings: str) -> list[Path]:
+    """Put back, from pyspark's jars, the extracted JNI libraries gdb could not
+    open; the paths written (to remove after)."""
+    spec = importlib.util.find_spec("pyspark")
+    jars = Path(spec.origin).parent / "jars" if spec and spec.origin else None
+    restored = []
+    for missing in sorted(set(re.findall(r"Can't open file (/\S+\.so)", gdb_warnings))):
+        path = Path(missing)
+        for pattern, (jar_glob, member) in JNI_LIBRARIES.items():
+            jar = next(jars.glob(jar_glob), None) if jars and jars.is_dir() else None
+            if pattern.search(path.name) and jar is not None and not path.exists():
+                with zipfile.ZipFile(jar) as z, open(path, "wb") as out:
+                    shutil.copyfileobj(z.open(member), out)
+                restored.append(path)
+    return restored
+
+
 def native_frames(core: Path, limit: int = 30) -> Optional[str]:
     """The frames of the thread the signal killed, by gdb (every thread's go to
     a .bt.txt file beside the core); None without gdb."""
@@ -98,9 +124,17 @@ def native_frames(core: Path, limit: int = 30) -> Optional[str]:
     if not os.path.isfile(executable):  # a relative or truncated name: the JVM, most likely
         executable = shutil.which(os.path.basename(executable) or "java") or ""
     # `bt` first: gdb's current thread in a core is the one the signal killed
-    full = subprocess.run([*quiet, "-ex", "bt", "-ex", "thread apply all bt",
-                           *([executable] if executable else []), str(core)],
-                          capture_output=True, text=True, timeout=600).stdout
+    command = [*quiet, "-ex", "bt", "-ex", "thread apply all bt",
+               *([executable] if executable else []), str(core)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    restored = restore_jni_libraries(run.stderr)
+    try:
+        if restored:
+            run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    finally:
+        for path in restored:
+            path.unlink(missing_ok=True)
+    full = run.stdout
     core.with_name(core.name + ".bt.txt").write_text(full)
     crashed = re.split(r"\nThread \d+ ", full)[0]
     # dict: gdb also prints frame #0 as it loads the core
