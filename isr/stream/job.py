@@ -169,8 +169,9 @@ def close_state_stores(spark) -> bool:
     run shorter than that (--available-now) ended with its RocksDB
     instances open, their background threads running, when the JVM's exit()
     destroyed RocksDB's static objects, which RocksDB warns is undefined
-    (facebook/rocksdb#11374, #14850). Suspected of the rare SIGABRT at the
-    end of a run (docs/real-kafka.md, "Known issues"). In local mode the
+    (facebook/rocksdb#11374, #14850): a JVM that exits while a RocksDB
+    thread is at work aborts (bench/RocksDBExitRace.java), as spark-submit
+    once did in CI (docs/real-kafka.md, "Known issues"). In local mode the
     executors' stores are in this JVM; a cluster's executors keep theirs."""
     try:
         if spark.streams.active:  # another query's stores are in use
