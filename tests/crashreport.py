@@ -39,8 +39,8 @@ def allow_core_dumps() -> None:
 def jvm_crash_options(out_dir: Path) -> str:
     """JVM options for a launch: HotSpot's fatal-error report (SIGSEGV, SIGBUS
     in native code, not an abort()) in out_dir instead of the working
-    directory. Neither chooses a compiler or collector, so the driver JVM's
-    own defaults (isr.stream.job.driver_java_options) still apply."""
+    directory. It chooses neither a compiler nor a collector, so the driver
+    JVM's own defaults (isr.stream.job.driver_java_options) still apply."""
     return f"-XX:ErrorFile={out_dir}/hs_err_pid%p.log"
 
 
