@@ -33,6 +33,7 @@ class StreamingPipeline:
         self.tally = tally
         self.outputs = Outputs(configured_sinks(settings, tally) if sinks is None else sinks)
         self.query = None
+        self._spark = None  # the session start() ran the query in
         self._closed = False
 
     def start(self, spark=None, trigger: Optional[dict] = None, master: Optional[str] = None,
@@ -42,7 +43,7 @@ class StreamingPipeline:
         planning the query waits for it too, and raises signals.Stopped if it
         comes first; the query the planning may still start is stopped."""
         settings = self.settings
-        spark = spark or job.spark_session(settings, master)
+        spark = self._spark = spark or job.spark_session(settings, master)
         self.outputs.open(settings, lambda on_progress: watch_progress(
             spark, settings.stream.query_name, on_progress))
 
@@ -75,9 +76,9 @@ class StreamingPipeline:
 
     def close(self) -> None:
         """The run ended: the query stops if it still runs (no batch may reach
-        a closed sink, nor write to a checkpoint being removed), then every
-        sink closes (its producer flushed, its server and threads stopped),
-        once."""
+        a closed sink, nor write to a checkpoint being removed), the JVM's
+        state stores close (job.close_state_stores), then every sink closes
+        (its producer flushed, its server and threads stopped), once."""
         if self._closed:
             return
         self._closed = True
@@ -86,6 +87,8 @@ class StreamingPipeline:
                 self.query.stop()
             except Exception:  # noqa: BLE001 - stopping is all that is asked
                 pass
+        if self._spark is not None:  # before the process, and its JVM, exit
+            job.close_state_stores(self._spark)
         self.outputs.close()
 
     def __enter__(self) -> "StreamingPipeline":

@@ -157,6 +157,32 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
     return spark
 
 
+# Spark's object that holds the state stores a JVM has loaded.
+STATE_STORE_OBJECT = "org.apache.spark.sql.execution.streaming.state.StateStore"
+
+
+def close_state_stores(spark) -> bool:
+    """Close the state stores this JVM holds once no query of the session is
+    running; whether it did. Spark closes a loaded store only when its
+    maintenance (every spark.sql.streaming.stateStore.maintenanceInterval,
+    60 s) finds it inactive, and nothing of Spark's closes them at exit: a
+    run shorter than that (--available-now) ended with its RocksDB
+    instances open, their background threads running, when the JVM's exit()
+    destroyed RocksDB's static objects, which RocksDB warns is undefined
+    (facebook/rocksdb#11374, #14850): a JVM that exits while a RocksDB
+    thread is at work aborts (bench/RocksDBExitRace.java), as spark-submit
+    once did in CI (docs/real-kafka.md, "Known issues"). In local mode the
+    executors' stores are in this JVM; a cluster's executors keep theirs."""
+    try:
+        if spark.streams.active:  # another query's stores are in use
+            return False
+        jvm = spark.sparkContext._jvm
+        getattr(jvm, STATE_STORE_OBJECT).stop()  # unloads (closes) each, ends maintenance
+        return True
+    except Exception:  # noqa: BLE001 - the JVM is gone already (Ctrl-C): nothing left open
+        return False
+
+
 def set_log_level(spark, level: str) -> None:
     """One level for every logger: sc.setLogLevel alone sets the root's and
     would leave the loggers spark-log4j2.properties names at theirs (INFO

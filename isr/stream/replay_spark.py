@@ -202,9 +202,10 @@ def replay_spark(sources: list[str], settings: Settings, spark=None,
                  max_offsets_per_trigger: Optional[int] = None) -> ReplayResult:
     from isr.stream.files import LinesDataSource
     from isr.stream.buckets import resolve
-    from isr.stream.job import packing_reader, spark_session, start
+    from isr.stream.job import close_state_stores, packing_reader, spark_session, start
 
     workdir = tempfile.mkdtemp(prefix="isr-replay-")
+    query = None
     try:
         paths, labels = [], []
         for name in sources:
@@ -241,6 +242,8 @@ def replay_spark(sources: list[str], settings: Settings, spark=None,
         query.awaitTermination()
         return collect(rows, settings, admitted.lines, admitted.dead)
     finally:
+        if query is not None:  # as the job does: no RocksDB instance left open for the exit
+            close_state_stores(spark)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -5,6 +5,8 @@ idle partitions, and replay --engine spark against --engine local."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import orjson
 import pytest
@@ -36,6 +38,21 @@ def records(broker, topic):
                                                         {(topic, 0): 0})]
 
 
+def open_rocksdb_instances(spark) -> list[str]:
+    """The RocksDB state store instances the session's JVM holds open (each
+    holds its working directory's LOCK file)."""
+    fds = Path(f"/proc/{spark.sparkContext._gateway.proc.pid}/fd")
+    if not fds.is_dir():
+        pytest.skip("no /proc: the JVM's open files cannot be listed here")
+    targets = []
+    for fd in fds.iterdir():
+        try:
+            targets.append(os.readlink(fd))
+        except OSError:
+            pass  # closed meanwhile
+    return sorted(t for t in targets if "StateStoreId(" in t and "/LOCK" in t)
+
+
 @pytest.fixture(scope="module")
 def workload_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("wl") / "events.jsonl"
@@ -57,6 +74,9 @@ def test_end_to_end_kafka_in_kafka_out_equals_local_replay(broker, spark, tmp_pa
     assert StreamingPipeline(s).run(spark, {"availableNow": True}) == 0
     calls = RecordingSink.last.calls
     assert calls[:2] == ["open", "started"] and calls[-1] == "close" and "write_batch" in calls
+    # ... and its state stores are closed: the JVM is not left to exit with
+    # RocksDB instances open (job.close_state_stores)
+    assert open_rocksdb_instances(spark) == []
 
     changes = records(broker, s.output.changes_topic)
     # The stream has decided everything before its last watermark; a bounded
