@@ -1,4 +1,4 @@
-"""State layout 2 (isr/stream/statelog.py): a bucket's row is a snapshot, a
+"""State layout 3 (isr/stream/statelog.py): a bucket's row is a snapshot, a
 log of the entries changed since and the queue in chunks; the worker keeps
 its engine between batches. Whatever the worker's cache holds (its own last
 save, nothing, a batch a failed attempt already applied), and whatever the
@@ -273,7 +273,7 @@ def test_a_batch_that_touches_few_partitions_logs_only_those(rebuilt):
     statelog._CACHE.clear()
 
 
-def test_a_layout_1_row_is_migrated_and_saved_in_layout_2():
+def test_a_layout_1_row_is_migrated_and_saved_in_layout_3():
     events = workload(partitions=3, seconds=10)
     batches = batches_of(events, [len(events) // 2])
     p = BucketProcessor(MONITOR)
@@ -284,13 +284,13 @@ def test_a_layout_1_row_is_migrated_and_saved_in_layout_2():
     state = State(old)
     statelog._CACHE.clear()
     out = _call(p, LAYOUT, iter(rows(batches[1], len(batches[0]))), state, ("m",))
-    assert state.row.startswith(b"isr-state-layout:2\n")
+    assert state.row.startswith(b"isr-state-layout:3\n")
     ref = layout1_run(batches)
     assert dump([out]) == dump([ref[1]])
 
 
 @pytest.mark.parametrize("row,named", [
-    (b"isr-state-layout:3\n....", "state layout 3"),
+    (b"isr-state-layout:4\n....", "state layout 4"),
     (b"\x80\x05garbage", "an unknown state layout"),
     (b"isr-zstd" + b"\0" * 20, "state layout 1"),
 ])
@@ -299,7 +299,7 @@ def test_a_row_of_another_layout_is_refused_in_one_line(row, named):
     with pytest.raises(CheckpointError) as err:
         statelog.load(BucketProcessor(MONITOR), row, LAYOUT, ("x",))
     message = str(err.value)
-    assert "\n" not in message and named in message and "state layouts 1 and 2" in message
+    assert "\n" not in message and named in message and "state layouts 1, 2 and 3" in message
     assert "new stream.checkpoint_location" in message
 
 

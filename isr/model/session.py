@@ -51,10 +51,15 @@ class Session:
     list; issue 23). The log holds
     one entry per fetch, `(ts, fetch_ts, broker_epoch, order)`, where `order`
     is the engine's application order of session events; entry i has the
-    position `base + i` (positions survive the log's truncation)."""
+    position `base + i` (positions survive the log's truncation).
+
+    For a state log that saves what changed (the Spark job's, SessionDriver.
+    take_changes): `saved_end` is `end` as of the last save (-1: not saved
+    since it opened, or since it forgot a partition: saved whole next time),
+    and `changed` the cached entries set since then, in the order first set."""
 
     __slots__ = ("sid", "cluster", "leader", "replica", "session_id", "epoch", "cached",
-                 "log", "base", "end")
+                 "log", "base", "end", "saved_end", "changed")
 
     def __init__(self, sid: int, cluster: str, leader: int, replica: int, session_id: int,
                  epoch: int) -> None:
@@ -66,6 +71,8 @@ class Session:
         self.log: list[tuple[int, int, int, int]] = []
         self.base = 0
         self.end = 0  # the position after the last fetch: base + len(log)
+        self.saved_end = -1
+        self.changed: dict[tuple[str, int], tuple[int, int]] = {}
 
     def add(self, entry: tuple[int, int, int, int]) -> None:
         self.log.append(entry)
@@ -94,9 +101,38 @@ class Session:
         self.log = []
 
     def to_list(self) -> list:
+        # (the log's entries are tuples: orjson writes them as arrays)
         return [self.sid, self.cluster, self.leader, self.replica, self.session_id, self.epoch,
-                [[t, p, e, o] for (t, p), (e, o) in self.cached.items()],
-                [list(e) for e in self.log], self.base]
+                [[t, p, e, o] for (t, p), (e, o) in self.cached.items()], self.log, self.base]
+
+    def to_patch(self) -> list:
+        """What changed since the last save, for a reader that holds the
+        session as it was then (`apply_patch`): the fetches logged since
+        (from `saved_end`, or the log's start if it was cut since) and the
+        cached entries set since. Only for a session with `saved_end` >= 0."""
+        start = self.saved_end if self.saved_end > self.base else self.base
+        return [self.sid, self.session_id, self.epoch, self.base, self.log[start - self.base:],
+                [[t, p, e, o] for (t, p), (e, o) in self.changed.items()]]
+
+    def apply_patch(self, values: list) -> None:
+        """A `to_patch` of this session as it stood at the patch's last save
+        (the session id is Sessions' to rebind). Positions before the
+        patch's base are dropped (the log was cut); the fetches it lists
+        follow those kept, at `max(end, base)`, where its writer started."""
+        _sid, _session_id, self.epoch, base, entries, cached = values
+        log = self.log[base - self.base:]  # empty if cut past the end
+        log.extend(tuple(e) for e in entries)
+        self.log, self.base, self.end = log, base, base + len(log)
+        mine = self.cached
+        for t, p, e, o in cached:
+            mine[(intern(t), p)] = (e, o)  # a known key keeps its place (and its shared name)
+        self.saved()
+
+    def saved(self) -> None:
+        """The session as it stands is saved: the next patch starts here."""
+        self.saved_end = self.end
+        if self.changed:
+            self.changed = {}
 
     @classmethod
     def from_list(cls, values: list) -> "Session":
@@ -106,6 +142,7 @@ class Session:
         s.log = [tuple(e) for e in log]
         s.base = base
         s.end = base + len(s.log)
+        s.saved_end = s.end
         return s
 
 
