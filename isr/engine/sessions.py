@@ -579,8 +579,8 @@ class SessionDriver:
     def to_list(self) -> list:
         return self.sessions.to_list()
 
-    def from_list(self, values: list) -> None:
-        self.sessions = Sessions.from_list(values)
+    def from_list(self, values: list, columns: bool = True) -> None:
+        self.sessions = Sessions.from_list(values, columns)
         self.last = {s.sid: s.log[-1] for s in self.sessions.by_sid.values() if s.log}
 
 

@@ -21,10 +21,12 @@ from isr.engine.local import LocalEngine
 from isr.model.brokers import Brokers
 from isr.model.partition import PartitionModel
 
-VERSION = 4  # 3: listeners' states by name; 4: a delta's sessions as patches
-# The versions restore and apply_delta read: a snapshot is the same in 3 and
-# 4; a delta of 3 holds each changed session whole (a checkpoint of state
-# layout 2, migrated: isr/stream/statelog.py).
+# 3: listeners' states by name; 4: a delta's sessions as patches, a
+# session's log as columns (isr/model/session.py, log_columns).
+VERSION = 4
+# The versions restore and apply_delta read: 3 is a checkpoint of state
+# layout 1 or 2, migrated (isr/stream/statelog.py): its sessions' logs are
+# one list per entry, and its deltas hold each changed session whole.
 READS = (3, 4)
 
 
@@ -111,7 +113,7 @@ def restore(monitor: MonitorSettings, blob: bytes,
     engine.max_ts = data["max_ts"]
     engine.ignored = Counter(data["ignored"])
     if "sessions" in data:  # absent from states written before fetch sessions
-        engine.session_driver.from_list(data["sessions"])
+        engine.session_driver.from_list(data["sessions"], columns=data["v"] >= 4)
     _hand_listeners(engine, data["listeners"], lambda l, s: l.from_state(s))
     engine.rebuild_index()  # now: see its docstring
     return engine
@@ -218,7 +220,7 @@ def apply_delta(engine: LocalEngine, blob) -> None:
         whole, patches, live, unbound, next_sid, anomalies, order = data["sessions"]
     S = engine.session_driver.sessions
     for row in whole:
-        new = Session.from_list(row)
+        new = Session.from_list(row, columns=data["v"] >= 4)
         old = S.by_sid.get(new.sid)
         if old is not None:
             _unindex(S, old)

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
+from itertools import accumulate
+from operator import itemgetter, sub
 from sys import intern
-from operator import itemgetter
 from typing import Optional
 
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
@@ -41,6 +42,33 @@ def next_epoch(epoch: int) -> int:
     if epoch < 0:
         return FINAL_EPOCH
     return 1 if epoch == MAX_EPOCH else epoch + 1
+
+
+def log_columns(log: list) -> list:
+    """A session log's entries as four columns (time, time minus fetch time,
+    broker epoch, order), each as its first value and then differences: a
+    session fetches every few hundred ms and the engine orders session
+    events one after another, so the differences are short and alike, where
+    the entries themselves (four 13-digit and 6-digit numbers each) were
+    most of a bucket's compressed snapshot (docs/benchmarks.md, issue 23,
+    branch `sessave`). [] for an empty log."""
+    if not log:
+        return []
+    ts, fetch_ts, epochs, orders = zip(*log)
+    return [_differences(c) for c in (ts, tuple(map(sub, ts, fetch_ts)), epochs, orders)]
+
+
+def log_entries(columns: list) -> list[tuple[int, int, int, int]]:
+    """The entries `log_columns` wrote."""
+    if not columns:
+        return []
+    ts, lags, epochs, orders = (accumulate(c) for c in columns)
+    ts = list(ts)
+    return list(zip(ts, map(sub, ts, lags), epochs, orders))
+
+
+def _differences(column: tuple) -> list[int]:
+    return list(map(sub, column, (0, *column[:-1])))
 
 
 class Session:
@@ -101,9 +129,9 @@ class Session:
         self.log = []
 
     def to_list(self) -> list:
-        # (the log's entries are tuples: orjson writes them as arrays)
         return [self.sid, self.cluster, self.leader, self.replica, self.session_id, self.epoch,
-                [[t, p, e, o] for (t, p), (e, o) in self.cached.items()], self.log, self.base]
+                [[t, p, e, o] for (t, p), (e, o) in self.cached.items()], log_columns(self.log),
+                self.base]
 
     def to_patch(self) -> list:
         """What changed since the last save, for a reader that holds the
@@ -111,7 +139,8 @@ class Session:
         (from `saved_end`, or the log's start if it was cut since) and the
         cached entries set since. Only for a session with `saved_end` >= 0."""
         start = self.saved_end if self.saved_end > self.base else self.base
-        return [self.sid, self.session_id, self.epoch, self.base, self.log[start - self.base:],
+        return [self.sid, self.session_id, self.epoch, self.base,
+                log_columns(self.log[start - self.base:]),
                 [[t, p, e, o] for (t, p), (e, o) in self.changed.items()]]
 
     def apply_patch(self, values: list) -> None:
@@ -121,7 +150,7 @@ class Session:
         follow those kept, at `max(end, base)`, where its writer started."""
         _sid, _session_id, self.epoch, base, entries, cached = values
         log = self.log[base - self.base:]  # empty if cut past the end
-        log.extend(tuple(e) for e in entries)
+        log.extend(log_entries(entries))
         self.log, self.base, self.end = log, base, base + len(log)
         mine = self.cached
         for t, p, e, o in cached:
@@ -135,11 +164,13 @@ class Session:
             self.changed = {}
 
     @classmethod
-    def from_list(cls, values: list) -> "Session":
+    def from_list(cls, values: list, columns: bool = True) -> "Session":
+        """`columns`: the log as `log_columns` wrote it (else, as engine
+        state version 3 did, one list per entry)."""
         sid, cluster, leader, replica, session_id, epoch, cached, log, base = values
         s = cls(sid, cluster, leader, replica, session_id, epoch)
         s.cached = {(intern(t), p): (e, o) for t, p, e, o in cached}  # names shared (partition.py)
-        s.log = [tuple(e) for e in log]
+        s.log = log_entries(log) if columns else [tuple(e) for e in log]
         s.base = base
         s.end = base + len(s.log)
         s.saved_end = s.end
@@ -215,11 +246,11 @@ class Sessions:
                 self.next_sid, dict(self.anomalies), self.order]
 
     @classmethod
-    def from_list(cls, values: list) -> "Sessions":
+    def from_list(cls, values: list, columns: bool = True) -> "Sessions":
         rows, unbound, next_sid, anomalies, order = values
         out = cls()
         for row in rows:
-            s = Session.from_list(row)
+            s = Session.from_list(row, columns)
             out.by_id[(s.cluster, s.leader, s.replica, s.session_id)] = s
             out.by_sid[s.sid] = s
         out.unbound = {(c, l, r): sid for c, l, r, sid in unbound}
