@@ -361,6 +361,13 @@ def test_a_delta_holds_what_changed_in_each_session_not_the_whole_session():
             == snapshot.snapshot(engine, with_queue=False))
 
 
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 2**62), st.integers(-2, 2**31),
+                          st.integers(0, 2**40)), max_size=40))
+def test_a_session_log_written_as_columns_reads_back_entry_for_entry(log):
+    from isr.model.session import log_columns, log_entries
+    assert log_entries(orjson.loads(orjson.dumps(log_columns(log)))) == log
+
+
 @pytest.mark.parametrize("row,named", [
     (b"isr-state-layout:4\n....", "state layout 4"),
     (b"\x80\x05garbage", "an unknown state layout"),
