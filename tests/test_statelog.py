@@ -1,4 +1,4 @@
-"""State layout 2 (isr/stream/statelog.py): a bucket's row is a snapshot, a
+"""State layout 3 (isr/stream/statelog.py): a bucket's row is a snapshot, a
 log of the entries changed since and the queue in chunks; the worker keeps
 its engine between batches. Whatever the worker's cache holds (its own last
 save, nothing, a batch a failed attempt already applied), and whatever the
@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 from collections import OrderedDict
+from pathlib import Path
 
 import orjson
 import pytest
@@ -273,7 +274,7 @@ def test_a_batch_that_touches_few_partitions_logs_only_those(rebuilt):
     statelog._CACHE.clear()
 
 
-def test_a_layout_1_row_is_migrated_and_saved_in_layout_2():
+def test_a_layout_1_row_is_migrated_and_saved_in_layout_3():
     events = workload(partitions=3, seconds=10)
     batches = batches_of(events, [len(events) // 2])
     p = BucketProcessor(MONITOR)
@@ -284,13 +285,91 @@ def test_a_layout_1_row_is_migrated_and_saved_in_layout_2():
     state = State(old)
     statelog._CACHE.clear()
     out = _call(p, LAYOUT, iter(rows(batches[1], len(batches[0]))), state, ("m",))
-    assert state.row.startswith(b"isr-state-layout:2\n")
+    assert state.row.startswith(b"isr-state-layout:3\n")
     ref = layout1_run(batches)
     assert dump([out]) == dump([ref[1]])
 
 
+LAYOUT_2 = Path(__file__).resolve().parent / "data" / "state-layout2"
+
+
+def test_a_layout_2_row_is_migrated_and_carries_on_as_an_uninterrupted_run():
+    """tests/data/state-layout2 (README there): a row written by the code of
+    state layout 2, whose deltas hold fetch sessions whole. Restarted from it,
+    the bucket gives the outputs of a run that never stopped, and saves
+    layout 3 from its first batch on."""
+    lines = (LAYOUT_2 / "input.jsonl").read_bytes().splitlines()
+    batches = [lines[i:i + 150] for i in range(0, len(lines), 150)]
+    row = (LAYOUT_2 / "row.bin").read_bytes()
+    assert row.startswith(b"isr-state-layout:2\n")
+    expected = dump(layout1_run(batches))
+    p, state, out = BucketProcessor(MONITOR), State(row), []
+    first = sum(len(b) for b in batches[:5])
+    statelog._CACHE.clear()
+    for values in batches[5:]:
+        out.append(_call(p, LAYOUT, iter(rows(values, first)), state, ("layout2",)))
+        assert state.row.startswith(b"isr-state-layout:3\n")
+        first += len(values)
+    statelog._CACHE.clear()
+    assert dump(out) == expected[5:]
+    assert any(batch for batch in out)
+
+
+def test_a_delta_holds_what_changed_in_each_session_not_the_whole_session():
+    """A session fetches every few hundred ms and caches many partitions: a
+    delta writes only the fetches it logged since the last save and the
+    entries its requests listed, and an engine restored from the snapshot and
+    that delta holds the session as the engine that ran through does."""
+    from isr.contract import validate
+    from isr.model.session import log_entries
+    monitor = MonitorSettings(policy=["kafka"], replica_lag_time_max_ms=10000,
+                              allowed_lateness_ms=0)
+    events = [validate({"v": 1, "type": "leader", "ts": T0, "topic": "t", "partition": p,
+                        "leader": 1, "leader_epoch": 1, "replicas": [1, 2], "isr": [1, 2],
+                        "leader_epoch_start_offset": 0}) for p in range(20)]
+
+    def request(t: int, epoch: int, listed: list[int]):
+        return validate({"v": 1, "type": "fetch_session", "ts": T0 + t, "leader": 1,
+                         "replica": 2, "session_id": 7, "session_epoch": epoch,
+                         "full": epoch == 0, "partitions": [
+                             {"topic": "t", "partition": p, "leader_epoch": 1,
+                              "fetch_offset": t // 100} for p in listed]})
+
+    events += [request(100, 0, list(range(20)))] + [request(100 + 500 * i, i, [])
+                                                   for i in range(1, 9)]
+    later = [request(100 + 500 * i, i, [4] if i == 10 else []) for i in range(9, 12)]
+    engine = _engine(monitor, True)
+    for seq, e in enumerate(events):
+        engine.submit(e, seq)
+    engine.advance_watermark(events[-1].ts + 1)
+    snapshot.clear_changes(engine)
+    snap = snapshot.snapshot(engine, with_queue=False)
+    for seq, e in enumerate(later, len(events)):
+        engine.submit(e, seq)
+    engine.advance_watermark(later[-1].ts + 1)
+    entry = snapshot.delta(engine)
+    whole, patches = orjson.loads(entry)["sessions"][:2]
+    assert whole == [] and len(patches) == 1
+    _sid, session_id, epoch, _base, fetches, cached = patches[0]
+    assert (session_id, epoch) == (7, 12)
+    assert [f[0] for f in log_entries(fetches)] == [e.ts for e in later]  # the three since
+    assert cached == [["t", 4, 1, 51]]  # the one partition listed since
+    restored = snapshot.restore(monitor, snap, listeners=standard_listeners(monitor),
+                                external_watermark=True)
+    snapshot.apply_delta(restored, entry)
+    assert (snapshot.snapshot(restored, with_queue=False)
+            == snapshot.snapshot(engine, with_queue=False))
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 2**62), st.integers(-2, 2**31),
+                          st.integers(0, 2**40)), max_size=40))
+def test_a_session_log_written_as_columns_reads_back_entry_for_entry(log):
+    from isr.model.session import log_columns, log_entries
+    assert log_entries(orjson.loads(orjson.dumps(log_columns(log)))) == log
+
+
 @pytest.mark.parametrize("row,named", [
-    (b"isr-state-layout:3\n....", "state layout 3"),
+    (b"isr-state-layout:4\n....", "state layout 4"),
     (b"\x80\x05garbage", "an unknown state layout"),
     (b"isr-zstd" + b"\0" * 20, "state layout 1"),
 ])
@@ -299,7 +378,7 @@ def test_a_row_of_another_layout_is_refused_in_one_line(row, named):
     with pytest.raises(CheckpointError) as err:
         statelog.load(BucketProcessor(MONITOR), row, LAYOUT, ("x",))
     message = str(err.value)
-    assert "\n" not in message and named in message and "state layouts 1 and 2" in message
+    assert "\n" not in message and named in message and "state layouts 1, 2 and 3" in message
     assert "new stream.checkpoint_location" in message
 
 

@@ -519,7 +519,7 @@ class LocalEngine:
         that writes no state log (`isr replay`), where it would only grow to
         hold every model and watch (~100 bytes per partition)."""
         self.dirty.clear()
-        self.session_driver.dirty.clear()
+        self.session_driver.forget_changes()
         for clear in self._clear_state_delta:
             clear()
 

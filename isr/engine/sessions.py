@@ -95,14 +95,37 @@ class SessionDriver:
         # Per session serial, its last fetch, also once its log is truncated
         # (for the deadline index; not state: unknown after a restore).
         self.last: dict[int, tuple] = {}
-        # Sessions changed since the last take_dirty (the Spark job's state
+        # Sessions changed since the last take_changes (the Spark job's state
         # log), by serial; a closed one is found missing from the live ones.
+        # What changed in each: Session.saved_end, Session.changed.
         self.dirty: set[int] = set()
 
-    def take_dirty(self) -> list[Session]:
+    def take_changes(self) -> tuple[list, list]:
+        """The sessions changed since the last call (or forget_changes), in
+        serial order: those opened since, or that forgot a partition since,
+        whole (`Session.to_list`); the others as what changed in them
+        (`Session.to_patch`: the fetches logged, the cached entries set)."""
         by_sid = self.sessions.by_sid
-        dirty, self.dirty = self.dirty, set()
-        return [by_sid[sid] for sid in sorted(dirty) if sid in by_sid]
+        whole, patches = [], []
+        for sid in sorted(self.dirty):
+            s = by_sid.get(sid)
+            if s is not None:
+                if s.saved_end < 0:
+                    whole.append(s.to_list())
+                else:
+                    patches.append(s.to_patch())
+                s.saved()
+        self.dirty = set()
+        return whole, patches
+
+    def forget_changes(self) -> None:
+        """The sessions as they stand are saved (or need not be)."""
+        by_sid = self.sessions.by_sid
+        for sid in self.dirty:
+            s = by_sid.get(sid)
+            if s is not None:
+                s.saved()
+        self.dirty = set()
 
     # ------------------------------------------------------------ one event
     def apply(self, ev) -> Optional[tuple[str, str]]:
@@ -202,7 +225,8 @@ class SessionDriver:
             tp = (p.topic, p.partition)
             if tp not in cached:  # new to the session: keyed by the model's
                 tp = _cache_key(first, tp)  # names, not the event's copies
-            cached[tp] = (p.leader_epoch, p.fetch_offset)  # replaced, never changed: a tuple
+            # Replaced, never changed: a tuple; noted for the state log's patch.
+            cached[tp] = session.changed[tp] = (p.leader_epoch, p.fetch_offset)
         listed.append(first)
         if status == "rejected":
             engine.ignored[REJECTED_IN_SESSION] += 1
@@ -233,6 +257,7 @@ class SessionDriver:
                 self._unlinked(m)
         del session.cached[tp]
         self.dirty.add(session.sid)
+        session.saved_end = -1  # a patch only sets entries: saved whole next time
 
     def close(self, session: Session) -> None:
         """A session ends (replaced by a new full one): every partition applies
@@ -554,8 +579,8 @@ class SessionDriver:
     def to_list(self) -> list:
         return self.sessions.to_list()
 
-    def from_list(self, values: list) -> None:
-        self.sessions = Sessions.from_list(values)
+    def from_list(self, values: list, columns: bool = True) -> None:
+        self.sessions = Sessions.from_list(values, columns)
         self.last = {s.sid: s.log[-1] for s in self.sessions.by_sid.values() if s.log}
 
 

@@ -21,7 +21,13 @@ from isr.engine.local import LocalEngine
 from isr.model.brokers import Brokers
 from isr.model.partition import PartitionModel
 
-VERSION = 3  # 3: listeners' states by name
+# 3: listeners' states by name; 4: a delta's sessions as patches, a
+# session's log as columns (isr/model/session.py, log_columns).
+VERSION = 4
+# The versions restore and apply_delta read: 3 is a checkpoint of state
+# layout 1 or 2, migrated (isr/stream/statelog.py): its sessions' logs are
+# one list per entry, and its deltas hold each changed session whole.
+READS = (3, 4)
 
 
 class StateVersionError(ValueError):
@@ -79,10 +85,10 @@ def restore(monitor: MonitorSettings, blob: bytes,
     be a snapshot already decoded (`fold_log`).
     `deadline_index`: as LocalEngine's."""
     data = _decoded(blob)
-    if data.get("v") != VERSION:
+    if data.get("v") not in READS:
         raise StateVersionError(
-            f"engine state version {data.get('v')} is not {VERSION}: it was written by "
-            "another version of isr-monitor")
+            f"engine state version {data.get('v')} is not one of {list(READS)}: it was "
+            "written by another version of isr-monitor")
     if list(monitor.policy) != data["policies"]:
         raise ValueError(f"state was written for policies {data['policies']}, "
                          f"the configuration says {list(monitor.policy)}")
@@ -107,7 +113,7 @@ def restore(monitor: MonitorSettings, blob: bytes,
     engine.max_ts = data["max_ts"]
     engine.ignored = Counter(data["ignored"])
     if "sessions" in data:  # absent from states written before fetch sessions
-        engine.session_driver.from_list(data["sessions"])
+        engine.session_driver.from_list(data["sessions"], columns=data["v"] >= 4)
     _hand_listeners(engine, data["listeners"], lambda l, s: l.from_state(s))
     engine.rebuild_index()  # now: see its docstring
     return engine
@@ -119,7 +125,11 @@ def restore(monitor: MonitorSettings, blob: bytes,
 # engine's small global state. The Spark job logs one per micro-batch after
 # its bucket's snapshot (isr/stream/statelog.py). Models and watches are
 # never removed, so a delta only adds or replaces them; sessions can close,
-# so a delta lists the live ones.
+# so a delta lists the live ones. Every session fetches in every batch, so
+# a changed session is written as what changed in it (Session.to_patch: its
+# fetches logged since and the cached entries set since), not whole: whole
+# it is ~1.9 MB of JSON per 10,000 partitions per delta, mostly its log
+# (docs/benchmarks.md, issue 23, branch `sessave`).
 
 def delta(engine: LocalEngine) -> bytes:
     """The changes since the last call, as JSON (the queue is not in it)."""
@@ -129,6 +139,7 @@ def delta(engine: LocalEngine) -> bytes:
     for m in engine.take_dirty():
         models.setdefault(m.rules.policy, []).append(m.to_list())
     s = sessions.sessions
+    whole, patches = sessions.take_changes()
     return orjson.dumps({
         "v": VERSION,
         "partitions": models,
@@ -137,7 +148,7 @@ def delta(engine: LocalEngine) -> bytes:
         "max_ts": engine.max_ts,
         "ignored": dict(engine.ignored),
         "listeners": {l.name: l.state_delta() for l in engine.listeners if l.name},
-        "sessions": [[x.to_list() for x in sessions.take_dirty()], sorted(s.by_sid),
+        "sessions": [whole, patches, sorted(s.by_sid),
                      [[c, l, r, sid] for (c, l, r), sid in s.unbound.items()],
                      s.next_sid, dict(s.anomalies), s.order],
     })
@@ -146,7 +157,7 @@ def delta(engine: LocalEngine) -> bytes:
 def clear_changes(engine: LocalEngine) -> None:
     """Forget what changed so far: the next delta starts from here."""
     engine.take_dirty()
-    engine.session_driver.take_dirty()
+    engine.session_driver.forget_changes()
     for listener in engine.listeners:
         if listener.name:
             listener.clear_state_delta()
@@ -163,7 +174,7 @@ def fold_log(blob: bytes, deltas: list) -> tuple[dict, list]:
     gives; and every model is indexed afresh at the restore either way."""
     data = orjson.loads(blob)
     decoded = [orjson.loads(entry) for entry in deltas]
-    if data.get("v") != VERSION or any(d.get("v") != VERSION for d in decoded):
+    if data.get("v") not in READS or any(d.get("v") not in READS for d in decoded):
         return data, decoded  # restore or apply_delta says which version it is
     partitions = data["partitions"]
     for d in decoded:
@@ -188,8 +199,9 @@ def apply_delta(engine: LocalEngine, blob) -> None:
     from isr.model.session import Session
 
     data = _decoded(blob)
-    if data.get("v") != VERSION:
-        raise StateVersionError(f"engine state version {data.get('v')} is not {VERSION}")
+    if data.get("v") not in READS:
+        raise StateVersionError(
+            f"engine state version {data.get('v')} is not one of {list(READS)}")
     for policy, rows in data["partitions"].items():
         rules, parts = engine.rules[policy], engine.partitions[policy]
         for row in rows:
@@ -201,15 +213,26 @@ def apply_delta(engine: LocalEngine, blob) -> None:
     seq.max_ts, seq.external_watermark = data["sequencer"]
     engine.max_ts = data["max_ts"]
     engine.ignored = Counter(data["ignored"])
-    changed, live, unbound, next_sid, anomalies, order = data["sessions"]
+    if data["v"] == 3:  # every changed session whole
+        whole, live, unbound, next_sid, anomalies, order = data["sessions"]
+        patches = []
+    else:
+        whole, patches, live, unbound, next_sid, anomalies, order = data["sessions"]
     S = engine.session_driver.sessions
-    for row in changed:
-        new = Session.from_list(row)
+    for row in whole:
+        new = Session.from_list(row, columns=data["v"] >= 4)
         old = S.by_sid.get(new.sid)
         if old is not None:
             _unindex(S, old)
         S.by_sid[new.sid] = new
         S.by_id[(new.cluster, new.leader, new.replica, new.session_id)] = new
+    for patch in patches:
+        session = S.by_sid[patch[0]]
+        if session.session_id != patch[1]:  # the id a full request's answer gave it
+            _unindex(S, session)
+            session.session_id = patch[1]
+            S.by_id[(session.cluster, session.leader, session.replica, patch[1])] = session
+        session.apply_patch(patch)
     alive = set(live)
     for sid in [sid for sid in S.by_sid if sid not in alive]:
         _unindex(S, S.by_sid.pop(sid))

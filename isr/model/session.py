@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
+from itertools import accumulate
+from operator import itemgetter, sub
 from sys import intern
-from operator import itemgetter
 from typing import Optional
 
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
@@ -43,6 +44,33 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch == MAX_EPOCH else epoch + 1
 
 
+def log_columns(log: list) -> list:
+    """A session log's entries as four columns (time, time minus fetch time,
+    broker epoch, order), each as its first value and then differences: a
+    session fetches every few hundred ms and the engine orders session
+    events one after another, so the differences are short and alike, where
+    the entries themselves (four 13-digit and 6-digit numbers each) were
+    most of a bucket's compressed snapshot (docs/benchmarks.md, issue 23,
+    branch `sessave`). [] for an empty log."""
+    if not log:
+        return []
+    ts, fetch_ts, epochs, orders = zip(*log)
+    return [_differences(c) for c in (ts, tuple(map(sub, ts, fetch_ts)), epochs, orders)]
+
+
+def log_entries(columns: list) -> list[tuple[int, int, int, int]]:
+    """The entries `log_columns` wrote."""
+    if not columns:
+        return []
+    ts, lags, epochs, orders = (accumulate(c) for c in columns)
+    ts = list(ts)
+    return list(zip(ts, map(sub, ts, lags), epochs, orders))
+
+
+def _differences(column: tuple) -> list[int]:
+    return list(map(sub, column, (0, *column[:-1])))
+
+
 class Session:
     """One session: its cached partitions and the log of its fetches.
 
@@ -51,10 +79,15 @@ class Session:
     list; issue 23). The log holds
     one entry per fetch, `(ts, fetch_ts, broker_epoch, order)`, where `order`
     is the engine's application order of session events; entry i has the
-    position `base + i` (positions survive the log's truncation)."""
+    position `base + i` (positions survive the log's truncation).
+
+    For a state log that saves what changed (the Spark job's, SessionDriver.
+    take_changes): `saved_end` is `end` as of the last save (-1: not saved
+    since it opened, or since it forgot a partition: saved whole next time),
+    and `changed` the cached entries set since then, in the order first set."""
 
     __slots__ = ("sid", "cluster", "leader", "replica", "session_id", "epoch", "cached",
-                 "log", "base", "end")
+                 "log", "base", "end", "saved_end", "changed")
 
     def __init__(self, sid: int, cluster: str, leader: int, replica: int, session_id: int,
                  epoch: int) -> None:
@@ -66,6 +99,8 @@ class Session:
         self.log: list[tuple[int, int, int, int]] = []
         self.base = 0
         self.end = 0  # the position after the last fetch: base + len(log)
+        self.saved_end = -1
+        self.changed: dict[tuple[str, int], tuple[int, int]] = {}
 
     def add(self, entry: tuple[int, int, int, int]) -> None:
         self.log.append(entry)
@@ -95,17 +130,50 @@ class Session:
 
     def to_list(self) -> list:
         return [self.sid, self.cluster, self.leader, self.replica, self.session_id, self.epoch,
-                [[t, p, e, o] for (t, p), (e, o) in self.cached.items()],
-                [list(e) for e in self.log], self.base]
+                [[t, p, e, o] for (t, p), (e, o) in self.cached.items()], log_columns(self.log),
+                self.base]
+
+    def to_patch(self) -> list:
+        """What changed since the last save, for a reader that holds the
+        session as it was then (`apply_patch`): the fetches logged since
+        (from `saved_end`, or the log's start if it was cut since) and the
+        cached entries set since. Only for a session with `saved_end` >= 0."""
+        start = self.saved_end if self.saved_end > self.base else self.base
+        return [self.sid, self.session_id, self.epoch, self.base,
+                log_columns(self.log[start - self.base:]),
+                [[t, p, e, o] for (t, p), (e, o) in self.changed.items()]]
+
+    def apply_patch(self, values: list) -> None:
+        """A `to_patch` of this session as it stood at the patch's last save
+        (the session id is Sessions' to rebind). Positions before the
+        patch's base are dropped (the log was cut); the fetches it lists
+        follow those kept, at `max(end, base)`, where its writer started."""
+        _sid, _session_id, self.epoch, base, entries, cached = values
+        log = self.log[base - self.base:]  # empty if cut past the end
+        log.extend(log_entries(entries))
+        self.log, self.base, self.end = log, base, base + len(log)
+        mine = self.cached
+        for t, p, e, o in cached:
+            mine[(intern(t), p)] = (e, o)  # a known key keeps its place (and its shared name)
+        self.saved()
+
+    def saved(self) -> None:
+        """The session as it stands is saved: the next patch starts here."""
+        self.saved_end = self.end
+        if self.changed:
+            self.changed = {}
 
     @classmethod
-    def from_list(cls, values: list) -> "Session":
+    def from_list(cls, values: list, columns: bool = True) -> "Session":
+        """`columns`: the log as `log_columns` wrote it (else, as engine
+        state version 3 did, one list per entry)."""
         sid, cluster, leader, replica, session_id, epoch, cached, log, base = values
         s = cls(sid, cluster, leader, replica, session_id, epoch)
         s.cached = {(intern(t), p): (e, o) for t, p, e, o in cached}  # names shared (partition.py)
-        s.log = [tuple(e) for e in log]
+        s.log = log_entries(log) if columns else [tuple(e) for e in log]
         s.base = base
         s.end = base + len(s.log)
+        s.saved_end = s.end
         return s
 
 
@@ -178,11 +246,11 @@ class Sessions:
                 self.next_sid, dict(self.anomalies), self.order]
 
     @classmethod
-    def from_list(cls, values: list) -> "Sessions":
+    def from_list(cls, values: list, columns: bool = True) -> "Sessions":
         rows, unbound, next_sid, anomalies, order = values
         out = cls()
         for row in rows:
-            s = Session.from_list(row)
+            s = Session.from_list(row, columns)
             out.by_id[(s.cluster, s.leader, s.replica, s.session_id)] = s
             out.by_sid[s.sid] = s
         out.unbound = {(c, l, r): sid for c, l, r, sid in unbound}

@@ -370,7 +370,7 @@ def _inputs(pdfs: Iterator, state) -> tuple[Optional[bytes], list, list]:
 def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
           state, query: tuple = ()) -> list[OutputRecord]:
     """Restore the bucket (index, buckets), apply the batch's rows, save it
-    (state layout 2, statelog.py; `query` keys the process's engine cache),
+    (state layout 3, statelog.py; `query` keys the process's engine cache),
     in this process: process_bucket's path without an engine process, for the
     benches and tests that call a bucket directly."""
     blob, packs, summaries = _inputs(pdfs, state)

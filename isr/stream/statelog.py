@@ -1,17 +1,18 @@
-"""A bucket's state row, state layout 2: a snapshot, a log of what changed
+"""A bucket's state row, state layout 3: a snapshot, a log of what changed
 since, the queue in chunks written once; and the engine kept between
 micro-batches in the Python worker (docs/streaming.md, "State").
 
 The row (the state store's one `engine` binary value per bucket) is
 
-    MAGIC b"2\\n" | header length (4 bytes, little-endian) | header (JSON) | segments
+    MAGIC b"3\\n" | header length (4 bytes, little-endian) | header (JSON) | segments
 
 The header names the bucket layout (index, buckets), the row's version
 (the token of the worker process that wrote it, and a counter) and the
 segments' sizes, in order:
 - the snapshot: the engine without its queue (engine/snapshot.py), zstd;
 - the log: one delta per micro-batch since the snapshot (snapshot.delta:
-  the models, sessions and listener entries that changed), zstd;
+  the models and listener entries that changed, and what changed in each
+  session that changed: its fetches logged and cached entries set), zstd;
 - the queue: one chunk per micro-batch, the events it queued for the
   watermark (pickled, zstd), with the largest and the smallest ts in it. A
   chunk is dropped once the watermark has passed it; a restore keeps the
@@ -35,9 +36,11 @@ from the row. The
 entry leaves the cache while a batch runs, so a task that fails half-way
 leaves none behind.
 
-Layout 1 (isr-monitor before this: `compress_state(pickle((layout,
-snapshot, queue)))`) is read and migrated; any other row is refused with one
-line.
+Layout 2 (before 2026-11-27: the same row, but a delta held each changed
+session whole, engine state version 3) and layout 1 (before 2026-11-26:
+`compress_state(pickle((layout, snapshot, queue)))`) are read and migrated:
+the engine is rebuilt from the row and the batch saves it whole in layout 3.
+Any other row is refused with one line.
 """
 
 from __future__ import annotations
@@ -53,9 +56,10 @@ import orjson
 from isr.engine import snapshot
 from isr.errors import CheckpointError
 
-LAYOUT = 2
+LAYOUT = 3
 MAGIC = b"isr-state-layout:"
-_HEAD = MAGIC + b"2\n"
+_HEAD = MAGIC + b"3\n"
+_HEAD_2 = MAGIC + b"2\n"  # layout 2: migrated (the same header, deltas of engine state 3)
 COMPACT_AFTER = 16  # deltas at most in a row's log
 LOG_SHARE = 0.5  # a new snapshot once the log is this share of the snapshot's size
 DIRTY_SHARE = 0.5  # ... or this share of the models changed in one batch
@@ -121,8 +125,8 @@ def layout_of(blob: bytes) -> str:
 
 def refuse(blob: bytes) -> CheckpointError:
     return CheckpointError(
-        f"the state checkpoint holds {layout_of(blob)}, this isr-monitor reads state layouts 1 "
-        f"and {LAYOUT}: start the job with a new stream.checkpoint_location (it reads its input "
+        f"the state checkpoint holds {layout_of(blob)}, this isr-monitor reads state layouts 1, "
+        f"2 and {LAYOUT}: start the job with a new stream.checkpoint_location (it reads its input "
         "from input.starting_offsets again, or from where you set them)")
 
 
@@ -139,10 +143,12 @@ def load(processor, blob: Optional[bytes], layout: tuple[int, int], key: tuple) 
     if blob is None:
         _count("misses", layout)
         return Stored(processor.restore(None, layout))
+    if blob.startswith(_HEAD_2):
+        return _migrate(processor, blob, layout)
     if not blob.startswith(_HEAD):
         if blob.startswith(MAGIC):
             raise refuse(blob)
-        try:  # layout 1: migrated, saved whole in layout 2 at the end of this batch
+        try:  # layout 1: migrated, saved whole in layout 3 at the end of this batch
             bucket = processor.restore(blob, layout)
         except CheckpointError:
             raise
@@ -168,6 +174,21 @@ def load(processor, blob: Optional[bytes], layout: tuple[int, int], key: tuple) 
         return _catch_up(cached, blob, header, at, versions.index(cached.version), version)
     _count("misses", layout)
     return _rebuild(processor, blob, header, at, layout, version)
+
+
+def _migrate(processor, blob: bytes, layout: tuple[int, int]) -> Stored:
+    """A row of state layout 2, rebuilt as it is (its segments are read as
+    layout 3's; snapshot.apply_delta reads its deltas' whole sessions), to be
+    saved whole in layout 3 at the end of the batch: no layout-2 segment is
+    kept, so no row holds deltas of both."""
+    header, at = _header(blob)
+    if list(header["layout"]) != list(layout):
+        from isr.stream.operator import layout_error
+        raise layout_error(header["layout"][0], layout[1])
+    _count("misses", layout)
+    stored = _rebuild(processor, blob, header, at, layout, None)
+    stored.snapshot, stored.log, stored.log_bytes, stored.versions = None, [], 0, []
+    return stored
 
 
 def _segments(blob: bytes, header: dict, at: int) -> tuple[bytes, list, list]:

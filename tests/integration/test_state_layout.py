@@ -1,6 +1,6 @@
-"""A job restarted from a checkpoint written with the previous state layout
-(tests/data/checkpoint-layout1, README there) carries on with the same
-outputs as an uninterrupted run."""
+"""A job restarted from a checkpoint written with an earlier state layout
+(tests/data/checkpoint-layout1 and checkpoint-layout2, README there) carries
+on with the same outputs as an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -17,23 +17,28 @@ from isr.pipeline.local import replay
 from isr.stream.replay_spark import Admission, collect
 
 pytestmark = pytest.mark.integration
-FIXTURE = Path(__file__).resolve().parents[1] / "data" / "checkpoint-layout1"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-def _make_module():
-    spec = importlib.util.spec_from_file_location("make_checkpoint", FIXTURE / "make.py")
+def _make_module(fixture: Path):
+    spec = importlib.util.spec_from_file_location(f"make_{fixture.name}", fixture / "make.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_restart_from_a_layout_1_checkpoint_gives_the_uninterrupted_outputs(spark, tmp_path):
-    make = _make_module()
+# layout 1: pickled rows, zk propagation; layout 2: rows whose deltas hold
+# fetch sessions whole (the session workload)
+@pytest.mark.parametrize("layout", [1, 2])
+def test_restart_from_an_earlier_layouts_checkpoint_gives_the_uninterrupted_outputs(
+        spark, tmp_path, layout):
+    fixture = DATA / f"checkpoint-layout{layout}"
+    make = _make_module(fixture)
     settings = load_settings(None, make.SETTINGS)
     checkpoint = tmp_path / "checkpoint"
-    shutil.copytree(FIXTURE / "checkpoint", checkpoint)
+    shutil.copytree(fixture / "checkpoint", checkpoint)
     before = [OutputRecord(*row[1:]) for row in
-              map(json.loads, (FIXTURE / "outputs.jsonl").read_text().splitlines())]
+              map(json.loads, (fixture / "outputs.jsonl").read_text().splitlines())]
     batches: list[int] = []
     after: list[OutputRecord] = []
 
@@ -41,12 +46,12 @@ def test_restart_from_a_layout_1_checkpoint_gives_the_uninterrupted_outputs(spar
         batches.append(batch_id)
         after.extend(records)
 
-    query = make.query(spark, settings, FIXTURE / "input.jsonl", checkpoint, write_batch)
+    query = make.query(spark, settings, fixture / "input.jsonl", checkpoint, write_batch)
     query.awaitTermination()
     assert query.exception() is None
     assert batches[0] == make.STOP_AT  # the failed batch again, from the checkpoint
 
-    path = str(FIXTURE / "input.jsonl")
+    path = str(fixture / "input.jsonl")
     admitted = Admission([path], ["input.jsonl"], settings)
     restarted = collect(before + after, settings, admitted.lines, admitted.dead)
     local = replay([path], settings.monitor)
@@ -56,3 +61,4 @@ def test_restart_from_a_layout_1_checkpoint_gives_the_uninterrupted_outputs(spar
     assert [(d.offset, d.reason) for d in restarted.dead_letters] == [
         (d.offset, d.reason) for d in local.dead_letters]
     assert len(local.decisions) >= 4 and any(d.type == "alert" for d in local.decisions)
+    assert len(after) > 0
