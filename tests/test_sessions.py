@@ -207,6 +207,22 @@ def test_a_partition_the_requests_stop_listing_is_still_fetched_by_its_session()
     assert engine.session_driver.exact_fetches < 30
 
 
+def test_a_request_that_arrived_before_its_sessions_previous_one_takes_no_caught_up_time_back():
+    # The session's next request arrived (received_ts) before the previous
+    # one, as when the leader's clock steps back. Applied one by one, the
+    # fetches leave lastCaughtUpTimeMs at the largest time credited (T0 + 1);
+    # skipping to the session's last fetch had set it back to T0.
+    events = [session(0, 0, 0, {0: 0}, replica=3), session(1, 101, 1, {}, replica=3),
+              session(1, 101, 2, {}, replica=3, received_ts=T0 - 9)]
+    _decide_as_expansion(events, [])
+    engine = LocalEngine(MonitorSettings(policy=["kafka"], replica_lag_time_max_ms=10000))
+    engine.apply_in_order(events)
+    engine.finish()
+    (state,) = engine.states()
+    assert (state.followers[0].last_caught_up_ts, state.followers[0].last_fetch_ts) == (
+        T0 + 1, T0 - 9)
+
+
 def test_a_forgotten_partition_is_no_longer_fetched_and_shrinks():
     events = [session(0, 7, 0, {0: 0, 1: 0}), session(500, 7, 1, {}, forgotten=[1])]
     events += [session(t, 7, e, {}) for e, t in enumerate(range(1000, 60000, 500), start=2)]

@@ -235,9 +235,13 @@ class SessionDriver:
 
     def _is_hard(self, previous: Optional[tuple], entry: tuple) -> bool:
         """A fetch that must be applied exactly for every partition: another
-        broker epoch than the session's previous fetch, or one a listener would
-        see as slow (the previous fetch unknown: taken as such)."""
-        if previous is None or entry[2] != previous[2]:
+        broker epoch than the session's previous fetch, one that arrived
+        before it, or one a listener would see as slow (the previous fetch
+        unknown: taken as such). Skipping the fetches between two of a
+        follower's is exact only while their times do not go back: a
+        follower's lastCaughtUpTimeMs is the largest it was credited, and
+        the last fetch's time is that largest only then."""
+        if previous is None or entry[2] != previous[2] or entry[1] < previous[1]:
             return True
         if entry[0] - previous[0] > self.stall_bound_ms:
             return True  # the leader may have stalled (isr/model/stall.py)
