@@ -562,7 +562,18 @@ def mb(b: float) -> str:
 
 
 def run(args) -> None:
+    if args.replay_out and not Path(args.replay_out).is_file():
+        # checked first: the comparison comes after minutes of running
+        raise SystemExit(f"--replay-out {args.replay_out}: no such file (isr replay -o writes it)")
     c = cluster(args)
+    try:
+        _run(args, c)
+    finally:  # a failed run or comparison leaves no cluster behind
+        if not args.keep:
+            c.stop()
+
+
+def _run(args, c) -> None:
     bootstrap = c.bootstrap
     path = args.file
     cluster_s = args.seconds
@@ -642,8 +653,6 @@ def run(args) -> None:
                         "replay of the original events", kinds=("isr_change",))
         elif args.replay_out:
             compare(args, bootstrap, prefix, newest_ts(path), args.replay_out)
-    if not args.keep:
-        c.stop()
 
 
 def kafka_cpu(c) -> float:
