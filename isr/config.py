@@ -89,19 +89,21 @@ NonNegMs = Annotated[int, Field(ge=0)]
 # One rule's settings (contract/catalog.py declares the rules): whether it runs, its
 # severity, how long its condition must hold before it fires, and every
 # rule's thresholds (a rule reads only its own).
-AlertRule = create_model(
+_THRESHOLD_FIELDS: dict[str, Any] = {name: (t.type, t.default)
+                                     for name, (_rule, t) in THRESHOLDS.items()}
+AlertRule: type[BaseModel] = create_model(
     "AlertRule", __base__=_Section,
     enabled=(bool, True), severity=(Severity, "warning"), for_ms=(NonNegMs, 0),
-    **{name: (t.type, t.default) for name, (_rule, t) in THRESHOLDS.items()})
+    **_THRESHOLD_FIELDS)
 RULE_DEFAULTS: dict[str, BaseModel] = {
     r.name: AlertRule(severity=r.severity, for_ms=r.for_ms) for r in CATALOG}
 RuleName = Literal[RULE_NAMES]  # type: ignore[valid-type]
 # Changes to a rule's defaults: the same fields, each optional.
-AlertRulePatch = create_model(
-    "AlertRulePatch", __base__=_Section,
-    **{name: (Optional[f.annotation], None) if not f.metadata else
-       (Optional[Annotated[(f.annotation, *f.metadata)]], None)  # type: ignore[misc]
-       for name, f in AlertRule.model_fields.items()})
+_PATCH_FIELDS: dict[str, Any] = {
+    name: (Optional[f.annotation], None) if not f.metadata else
+    (Optional[Annotated[(f.annotation, *f.metadata)]], None)
+    for name, f in AlertRule.model_fields.items()}
+AlertRulePatch = create_model("AlertRulePatch", __base__=_Section, **_PATCH_FIELDS)
 
 
 def _check_thresholds(rule: str, patch: BaseModel, where: str) -> None:
@@ -118,8 +120,9 @@ class AlertSettings(_Section):
     enabled: bool = True
     # A firing alert is sent again after this much event time (Alertmanager's default: 4 h).
     repeat_interval_ms: PositiveMs = 4 * 3600 * 1000
-    rules: dict[RuleName, AlertRulePatch] = {}
-    topics: dict[str, dict[RuleName, AlertRulePatch]] = {}
+    # (A model made at import, by create_model: to mypy, a variable.)
+    rules: dict[RuleName, AlertRulePatch] = {}  # type: ignore[valid-type]
+    topics: dict[str, dict[RuleName, AlertRulePatch]] = {}  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _own_thresholds(self):

@@ -8,7 +8,7 @@ a dead letter and a tap counts it, and the run goes on (docs/reliability.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Optional, Union
+from typing import BinaryIO, Iterator, Optional, Union, cast
 
 DEFAULT_MAX_LINE_BYTES = 1024 * 1024
 PIECE = 64 * 1024  # what is read at a time while a long line is dropped
@@ -76,10 +76,12 @@ def block_line_lists(f: BinaryIO, max_line_bytes: int,
         block = f.read(block_bytes)
         if not block:
             break
-        lines = block.split(b"\n")
-        last = lines.pop()  # the unfinished line after the block's last newline
-        if lines:
-            first = lines[0]
+        parts = block.split(b"\n")
+        last = parts.pop()  # the unfinished line after the block's last newline
+        if parts:
+            first = parts[0]
+            # The same list, whose lines too long become Overlong (one cast a block).
+            lines = cast("list[Line]", parts)
             if dropping:  # the end of a line being dropped
                 lines[0] = Overlong(dropping + len(first), max_line_bytes)
                 dropping = 0
@@ -87,10 +89,10 @@ def block_line_lists(f: BinaryIO, max_line_bytes: int,
                 lines[0] = carry + first
                 carry = b""
             head = lines[0]
-            if (max(map(len, lines[1:]), default=0) > max_line_bytes
-                    or head.__class__ is bytes and len(head) > max_line_bytes):
+            if (max(map(len, parts[1:]), default=0) > max_line_bytes
+                    or type(head) is bytes and len(head) > max_line_bytes):
                 lines = [Overlong(len(line), max_line_bytes)
-                         if line.__class__ is bytes and len(line) > max_line_bytes else line
+                         if type(line) is bytes and len(line) > max_line_bytes else line
                          for line in lines]
             yield lines
         else:  # no newline in the whole block

@@ -69,7 +69,7 @@ class SignalInterrupt(KeyboardInterrupt):
 _INTERRUPT_NAMES = ("KeyboardInterrupt", "SignalInterrupt")  # pydantic-core writes the class name
 
 
-def _caused_by_interrupt(exc: BaseException) -> bool:
+def _caused_by_interrupt(exc: Optional[BaseException]) -> bool:
     """An error raised because the interrupt cut a library short: the
     interrupt is in its chain, or in its text (a wrapper that kept only that)."""
     for _ in range(20):  # a chain can loop

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timezone
 
-from typing import Optional
+from typing import Literal, Optional
 
 from isr.contract.catalog import CATALOG, RULES
 from isr.alerts.conditions import (PARTITION, RuleParams, describe, isr_conditions,
@@ -366,11 +366,11 @@ class AlertEvaluator:
             due = self.due_by(w, until)
             if due is None or due > until or (due == until and not inclusive):
                 return
-            if not w.alerts and self.put_off(w, view):
+            if not w.alerts and self.put_off(w, view, due):
                 continue
             self._step(w, view, due, out)
 
-    def put_off(self, w: Watch, view: PartitionView) -> bool:
+    def put_off(self, w: Watch, view: PartitionView, due: int) -> bool:
         """Whether `due`, with no alert active, was stale (an instant put off
         since: a follower caught up, the HW moved, an event ended a silence),
         and is now the true one, found without a scan: with no alert active
@@ -379,7 +379,7 @@ class AlertEvaluator:
         if self.exhaustive:
             return False
         P = self._params.get(w.topic) or self.params(w.topic)
-        return _due_after(w, view, w.due, P)
+        return _due_after(w, view, due, P)
 
     # ------------------------------------------------------------ lifecycle
     def due_by(self, w: Watch, until: int) -> Optional[int]:
@@ -477,7 +477,8 @@ class AlertEvaluator:
         held, w.held, w.open_t = w.held, None, -1
         self.open.pop(w, None)
         P = self._params.get(w.topic) or self.params(w.topic)
-        for key, (before, parked, stopped, description) in held.items():
+        # (held: not None, as close is called only for a watch with an open instant)
+        for key, (before, parked, stopped, description) in held.items():  # type: ignore[union-attr]
             was_firing = before[1] >= 0
             if parked is not None:
                 if was_firing:
@@ -492,7 +493,8 @@ class AlertEvaluator:
             elif sent != before[2]:
                 out.append(self._record(w, key, P, "firing", fired, sent, description))
 
-    def _record(self, w: Watch, key: tuple[str, int], P: RuleParams, status: str,
+    def _record(self, w: Watch, key: tuple[str, int], P: RuleParams,
+                status: Literal["firing", "resolved"],
                 started: int, T: int, description: str) -> Alert:
         name, replica = key
         labels = {"alertname": name, "severity": P.severity[name], "cluster": w.cluster,

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional
 
 from isr.commands.demo import Stages, run_job
 from isr.config import Settings, load_settings
@@ -45,7 +45,7 @@ def cluster_config(port_base: Optional[int] = None):
     its nodes die with the demo."""
     from isr.kafka.cluster import REPO, ClusterConfig
 
-    over = {"detach": False, "jmx_exporter": False}
+    over: dict[str, Any] = {"detach": False, "jmx_exporter": False}
     if not os.environ.get("ISR_KAFKA_DIR"):
         over["dir"] = REPO / "tmp" / "kafka-demo"
     if port_base is not None or not os.environ.get("ISR_KAFKA_PORT_BASE"):
@@ -122,7 +122,8 @@ class SparkStart:
     demo's wait); `session()` waits for it, re-raising what it raised."""
 
     def __init__(self, settings: Settings) -> None:
-        self.settings, self.spark, self.error = settings, None, None
+        self.settings, self.spark = settings, None
+        self.error: Optional[BaseException] = None
         self.thread = threading.Thread(target=self._run, daemon=True, name="spark-start")
 
     def begin(self) -> "SparkStart":

@@ -98,6 +98,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from isr.console import print_whatif
         from isr.engine.whatif import write_report
 
+        assert result.whatif is not None  # replay(whatif=True) above
         written = write_report(result.whatif, result.whatif_rows, args.report, args.events)
         if not args.quiet:
             print_whatif(result, err)

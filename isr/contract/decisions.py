@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Literal, Optional, overload
+from typing import Any, Literal, Optional, overload
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -217,7 +217,7 @@ class DeadLetter(_Out):
            reason_class: str) -> "DeadLetter":
         data = b"" if raw is None else raw.encode("utf-8", "surrogateescape") if isinstance(
             raw, str) else bytes(raw)
-        cut = {}
+        cut: dict[str, Any] = {}  # the raw_* fields, set when raw is cut
         if len(data) > RAW_MAX_BYTES:
             cut = {"raw_truncated": True, "raw_size": len(data),
                    "raw_sha256": hashlib.sha256(data).hexdigest()}
@@ -229,7 +229,7 @@ class DeadLetter(_Out):
                    **cut)
 
 
-DECISION_TYPES = {
+DECISION_TYPES: dict[str, type[_Out]] = {
     "isr_change": IsrChange,
     "partition_state": PartitionState,
     "isr_propagation": IsrPropagation,

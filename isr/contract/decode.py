@@ -11,7 +11,7 @@ impossible.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import msgspec
 import orjson
@@ -80,7 +80,7 @@ def decode_many(raws: Sequence, size: int = DECODE_CHUNK) -> list:
     out: list = []
     for start in range(0, len(raws), size):
         chunk = raws[start:start + size]
-        events = decode_valid(chunk)
+        events: Optional[Iterable[Any]] = decode_valid(chunk)
         if events is None:
             events = (decode_many(chunk) if size > DECODE_CHUNK
                       else map(_decode_guarded, chunk))

@@ -72,6 +72,7 @@ class _Event(BaseModel):
     # Unknown extra fields are ignored (tolerant reader): a v1 producer may add
     # fields without breaking older monitors.
     model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+    scope: ClassVar[str]  # PARTITION, LEADER or BROKER: each kind's class says
 
     # A strict int pinned to 1 (Literal[1] would also take JSON `true`).
     v: Annotated[int, Field(ge=SCHEMA_VERSION, le=SCHEMA_VERSION, strict=True)]

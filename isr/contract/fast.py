@@ -12,7 +12,7 @@ the same values (tests/test_contract.py).
 from __future__ import annotations
 
 import types
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Sequence, Union, get_args, get_origin
 
 import annotated_types as at
 import msgspec
@@ -33,7 +33,7 @@ _BOUNDS = {at.Ge: "ge", at.Le: "le", at.Gt: "gt", at.Lt: "lt", at.MinLen: "min_l
            at.MaxLen: "max_length"}
 
 
-def _meta(metadata: list) -> dict[str, Any]:
+def _meta(metadata: Sequence[Any]) -> dict[str, Any]:
     kw: dict[str, Any] = {}
     for m in metadata:
         if isinstance(m, FieldInfo):
@@ -45,7 +45,7 @@ def _meta(metadata: list) -> dict[str, Any]:
     return kw
 
 
-def _translate(annotation: Any, metadata: list = ()) -> Any:
+def _translate(annotation: Any, metadata: Sequence[Any] = ()) -> Any:
     """A pydantic field type (with its constraints) as a msgspec type."""
     origin = get_origin(annotation)
     if origin is Annotated:
@@ -56,7 +56,7 @@ def _translate(annotation: Any, metadata: list = ()) -> Any:
         translated: Any = Union[tuple(args)]
     elif origin is list:
         (item,) = get_args(annotation)
-        translated = list[_translate(item)]
+        translated = list[_translate(item)]  # type: ignore[misc]  # a type made at run time
     elif origin is Literal or annotation in (int, str, bool, type(None)):
         translated = annotation
     elif isinstance(annotation, type) and issubclass(annotation, BaseModel):

@@ -29,7 +29,7 @@ deadline), and once per replica.lag.time.max.ms under `kip16` and `legacy`.
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
-from typing import Optional
+from typing import Any, Optional
 
 EAGER = -(2**63)  # an instant every check passes: visited at each one
 
@@ -38,7 +38,7 @@ class DeadlineIndex:
     __slots__ = ("heap", "stamp", "dirty")
 
     def __init__(self) -> None:
-        self.heap: list[tuple[int, int, object]] = []  # (instant, stamp, model)
+        self.heap: list[tuple[int, int, Any]] = []  # (instant, stamp, model)
         self.stamp = 0
         self.dirty: list = []  # models touched since the last check
 

@@ -42,11 +42,12 @@ class Listener:
         """The model took the event: outcome None (applied), or (ignored|rejected, reason)."""
 
     def on_fetch(self, model, replica: int, ts: int, fetch_ts: int,
-                 outcome: Optional[tuple[str, str]], out: list) -> None:
+                 outcome: Optional[tuple[str, str]], out: list) -> object:
         """`on_event` for a fetch given as its values (a session's fetch of
         a partition it did not list, applied without building the event:
         isr/engine/sessions.py). A listener that hears events and does not
-        override it makes the engine build the event and call `on_event`."""
+        override it makes the engine build the event and call `on_event`.
+        What it returns is the listener's own (the engine ignores it)."""
 
     def on_broker(self, model, event, out: list) -> None:
         """The model took a broker event of its cluster (its ts moved to the

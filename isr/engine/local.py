@@ -579,7 +579,7 @@ class LocalEngine:
             if m.due_order < 0:
                 continue  # replaced by a state delta (adopt)
             if m.sessions and not steady(m):
-                at = EAGER
+                at: Optional[int] = EAGER
             else:
                 at = m._next_shrink_at() if m.leader >= 0 else None
                 for hook in next_due:

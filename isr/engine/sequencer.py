@@ -28,7 +28,7 @@ def is_future(ts: int, reference: int, max_future_ms: int) -> bool:
     return reference >= 0 and ts > reference + max_future_ms
 
 
-def future_reason(ts: int, reference: int, max_future_ms: int, of: str) -> str:
+def future_reason(ts: int, reference: int, max_future_ms: Optional[int], of: str) -> str:
     return (f"ts {ts} is {ts - reference} ms ahead of {of} {reference} "
             f"(monitor.max_future_ms {max_future_ms})")
 

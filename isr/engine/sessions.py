@@ -37,7 +37,7 @@ a built and validated `fetch` event, unless a listener wants the event.
 from __future__ import annotations
 
 from sys import intern
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from isr.contract.fast import STRUCTS
 from isr.model.session import FINAL_EPOCH, Session, Sessions, next_epoch
@@ -48,7 +48,7 @@ REJECTED_IN_SESSION = "session_partition_rejected"
 INF = 2**63
 
 
-def expanded_fetch(cluster: str, session: Session, topic: str, partition: int,
+def expanded_fetch(cluster: str, session: Session | _Sessionless, topic: str, partition: int,
                    leader_epoch: int, fetch_offset: int, leader_leo: Optional[int],
                    model_leo: int, entry: tuple):
     """The per-partition fetch a session fetch means for one partition. The
@@ -181,7 +181,7 @@ class SessionDriver:
             for p, first in zip(ev.partitions, listed):
                 if first is None or not single:
                     key = (cluster, p.topic, p.partition)
-                    linked = [models[key] for models in parts.values()]
+                    linked: Sequence[Any] = [models[key] for models in parts.values()]
                 else:
                     linked = (first,)
                 for m in linked:

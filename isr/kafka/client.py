@@ -7,7 +7,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional, TypeVar
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -103,7 +103,7 @@ def send(p: Producer, topic: str, value, key=None, **kw) -> None:
             p.poll(0.05)
 
 
-def admin(conf: dict[str, str]) -> AdminClient:
+def admin(conf: dict[str, Any]) -> AdminClient:
     return AdminClient({**conf, "log_level": 2})
 
 
@@ -167,7 +167,7 @@ def topic_partitions(conf: dict[str, str], topics: Iterable[str] = (),
         names = sorted(t for t in metadata.topics if regex.fullmatch(t))
     else:
         names = list(topics)
-    found = []
+    found: list[tuple[str, int]] = []
     for name in names:
         topic = metadata.topics.get(name)
         if topic is None or topic.error is not None:

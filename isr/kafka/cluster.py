@@ -624,7 +624,7 @@ class KafkaCluster:
         pid = self.pid(node)
         self._signal(node, signal.SIGKILL)
         self._reap(node, 10)
-        _drop_archive(pid and _archive_written_by(pid))
+        _drop_archive(_archive_written_by(pid) if pid else None)
 
     def stop_node(self, node: int, timeout_s: float = 30.0) -> None:
         """SIGTERM: a broker's controlled shutdown, then SIGKILL if it hangs."""
@@ -666,7 +666,7 @@ class KafkaCluster:
         the controller; anything still there after `timeout_s` is killed."""
         for group in (BROKER_IDS, (CONTROLLER_ID,)):
             pids = {n: self.pid(n) for n in group}
-            partials = {n: pid and _archive_written_by(pid) for n, pid in pids.items()}
+            partials = {n: _archive_written_by(pid) if pid else None for n, pid in pids.items()}
             for node, pid in pids.items():
                 self.expected[node] = "stopped"
                 if pid is not None:

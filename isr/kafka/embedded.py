@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Iterable, Optional
+from typing import IO, Iterable, Optional
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -69,7 +69,7 @@ class EmbeddedBroker:
         self.port = port or free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self._log_path = log_path
-        self._log = None
+        self._log: Optional[IO[bytes]] = None
         self._proc: Optional[subprocess.Popen] = None
 
     def start(self, timeout_s: float = 20.0) -> "EmbeddedBroker":
@@ -88,6 +88,7 @@ class EmbeddedBroker:
         return self
 
     def _wait_ready(self, timeout_s: float) -> None:
+        assert self._proc is not None, "start() started it"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

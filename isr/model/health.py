@@ -55,7 +55,7 @@ class FlapWindow:
     def __init__(self, times: list[int] | None = None) -> None:
         # None yet: the empty tuple, shared (most partitions never change
         # their ISR; issue 23, memory); a list of its own from the first.
-        self.times: list[int] | tuple = times or ()
+        self.times: list[int] | tuple[()] = times or ()
 
     def add(self, ts: int, window_ms: int) -> None:
         self.prune(ts, window_ms)

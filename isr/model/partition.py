@@ -13,7 +13,7 @@ exact, and it keeps idle partitions free.
 from __future__ import annotations
 
 from sys import intern
-from typing import Optional
+from typing import Literal, Optional
 
 from isr.contract.decisions import IsrChange, PartitionState, ReplicaDetail
 from isr.model.brokers import Brokers
@@ -429,8 +429,9 @@ class PartitionModel:
         f, problem = self._follower_of(ev)
         if problem is not None:
             return problem
-        f.pending_offset = ev.fetch_offset
-        f.pending_ts = ev.ts
+        # (_follower_of gives a follower when it gives no problem.)
+        f.pending_offset = ev.fetch_offset  # type: ignore[union-attr]
+        f.pending_ts = ev.ts  # type: ignore[union-attr]
         return None
 
     def _on_append(self, ev, brokers: Brokers):
@@ -569,8 +570,9 @@ class PartitionModel:
         self._change_isr(at, "shrink", removed, [r for r in self.isr if r not in removed],
                          "leader", reason, brokers, out)
 
-    def _change_isr(self, now: int, action: str, replicas: list[int], isr_after: list[int],
-                    cause: str, reason: str, brokers: Brokers, out: list,
+    def _change_isr(self, now: int, action: Literal["shrink", "expand"], replicas: list[int],
+                    isr_after: list[int], cause: Literal["leader", "controller"], reason: str,
+                    brokers: Brokers, out: list,
                     at: Optional[int] = None) -> None:
         """Commit an ISR change at once, recompute the HW, and record it."""
         at = now if at is None else at

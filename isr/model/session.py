@@ -62,8 +62,8 @@ def log_entries(columns: list) -> list[tuple[int, int, int, int]]:
     """The entries `log_columns` wrote."""
     if not columns:
         return []
-    ts, lags, epochs, orders = (accumulate(c) for c in columns)
-    ts = list(ts)
+    sums, lags, epochs, orders = (accumulate(c) for c in columns)
+    ts = list(sums)
     return list(zip(ts, map(sub, ts, lags), epochs, orders))
 
 

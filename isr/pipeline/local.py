@@ -13,7 +13,7 @@ from itertools import islice
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional
+from typing import Any, BinaryIO, Iterator, Optional
 
 import orjson
 
@@ -54,6 +54,7 @@ def _line_chunks(sources: list[str], progress: Optional[Progress],
             task = progress.start("stdin" if name == "-" else Path(name).name, total)
             number = read = 0
             seekable = stream.seekable()
+            lines: Any  # of bytes or Overlong, told apart by `__class__` (mypy does not)
             for lines in block_line_lists(stream, max_line_bytes, READ_BYTES):
                 chunk = [(name, n, raw if raw.__class__ is Overlong else raw.rstrip(b"\r"))
                          for n, raw in enumerate(lines, number + 1)
@@ -83,7 +84,7 @@ def merged(sources: list[str], progress: Optional[Progress],
         ts = -1
         for item in _lines([name], progress, max_line_bytes):
             try:
-                value = orjson.loads(item[2]).get("ts")
+                value = orjson.loads(item[2]).get("ts")  # type: ignore[arg-type]  # (Overlong: below)
                 if isinstance(value, int):
                     ts = max(ts, value)
             except (orjson.JSONDecodeError, AttributeError, TypeError):
@@ -136,6 +137,7 @@ def _replay(sources: list[str], monitor: MonitorSettings, progress: Optional[Pro
     for chunk in chunks:
         events = decode_many([raw if raw.__class__ is bytes else b"" for _s, _o, raw in chunk])
         stats.lines += len(chunk)
+        line: Any  # (source, offset, raw): raw bytes or Overlong, told apart by `__class__`
         for line, event in zip(chunk, events):
             source, offset, raw = line
             seq += 1

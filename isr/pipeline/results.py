@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 from isr.contract import DeadLetter
 from isr.engine.summary import PolicySummary
@@ -29,7 +29,7 @@ class ReplayStats:
 @dataclass
 class ReplayResult:
     decisions: list
-    states: list
+    states: Sequence  # a PartitionStates (contract/decisions.py), or []
     dead_letters: list[DeadLetter]
     stats: ReplayStats
     summary: list[PolicySummary]

@@ -7,7 +7,7 @@ when the run ends. `isr run`, the spark-submit job and both demos run it."""
 from __future__ import annotations
 
 import json
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from isr.config import Settings
 from isr.pipeline.sinks import Outputs, configured_sinks
@@ -32,7 +32,7 @@ class StreamingPipeline:
         self.settings = settings
         self.tally = tally
         self.outputs = Outputs(configured_sinks(settings, tally) if sinks is None else sinks)
-        self.query = None
+        self.query: Any = None  # the StreamingQuery, once started
         self._spark = None  # the session start() ran the query in
         self._closed = False
 

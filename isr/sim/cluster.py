@@ -202,8 +202,9 @@ class Simulator:
     def _windows(self, faults: list[Fault]) -> dict[str, dict[int, list[Fault]]]:
         by_kind: dict[str, dict[int, list[Fault]]] = {}
         for f in faults:
-            if f.kind in WINDOW_FAULTS:
-                by_kind.setdefault(f.kind, {}).setdefault(f.broker, []).append(f)
+            if f.kind in WINDOW_FAULTS:  # (each names its broker: Fault's validator)
+                by_kind.setdefault(f.kind, {}).setdefault(
+                    f.broker, []).append(f)  # type: ignore[arg-type]
         return by_kind
 
     def _window(self, kind: str, broker: int, t: int, p: Optional[_Partition] = None
@@ -387,19 +388,19 @@ class Simulator:
                 if p.topic == fault.topic and p.partition == fault.partition:
                     self._elect(t, p, fault.hw_behind)
         elif kind == "crash":
-            b = self.brokers[fault.broker]
+            b = self.brokers[fault.broker]  # type: ignore[index]  # (named: Fault's validator)
             self._go_down(t, b)
             fence_at = t + min(fault.duration_ms, self.tm.broker_session_timeout_ms)
             self._push(fence_at, CRASH_FENCE, b)
             self._push(max(t + fault.duration_ms, fence_at), RESTART, b, True)
         elif kind == "fence":
-            b = self.brokers[fault.broker]
+            b = self.brokers[fault.broker]  # type: ignore[index]  # (named: Fault's validator)
             b.fenced = True
             self._emit_broker(b, t, "fenced")
             self._move_leaderships(t, b, fault.hw_behind)
             self._push(t + fault.duration_ms, UNFENCE, b)
         elif kind == "controlled_shutdown":
-            b = self.brokers[fault.broker]
+            b = self.brokers[fault.broker]  # type: ignore[index]  # (named: Fault's validator)
             b.shutting_down = True
             self._emit_broker(b, t, "controlled_shutdown")
             self._move_leaderships(t, b, False)

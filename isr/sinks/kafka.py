@@ -139,7 +139,7 @@ class KafkaSink(Sink):
         self._checkpoint = checkpoint_id
         self._bound.set()
 
-    started = bind
+    started = bind  # type: ignore[assignment]  # (its one argument is given positionally)
 
     def close(self) -> None:
         """The run ended: each batch was flushed when written; whatever a
@@ -183,7 +183,7 @@ class KafkaSink(Sink):
             if (h.get(H_QUERY) == self.query and h.get(H_CHECKPOINT) == self._checkpoint
                     and h.get(H_BATCH) == str(batch_id)):
                 ids.add(h.get(H_ID))
-        return ids
+        return ids  # type: ignore[return-value]  # (each of our records has its id)
 
     def _read(self, starts):
         return self._ride("sink", lambda: list(read_to_end(self.conf, starts or {})))

@@ -53,7 +53,7 @@ try:  # prometheus-client's label escaping (0.26; private): _Exposition's labels
     from prometheus_client.openmetrics.exposition import ALLOWUTF8
     from prometheus_client.openmetrics.exposition import _escape as _om_escape
 except ImportError:  # another version: /metrics is make_wsgi_app's alone
-    _om_escape = None
+    _om_escape = None  # type: ignore[assignment]
 
 from isr.config import MetricsSettings
 from isr.contract.records import PARTITION_METRICS, WATERMARK, OutputRecord
@@ -148,7 +148,7 @@ class PartitionSeries:
         return ([GaugeMetricFamily(n, doc, labels=P_LABELS) for n, doc in PARTITION_GAUGES]
                 + [GaugeMetricFamily(n, doc, labels=F_LABELS) for n, doc in FOLLOWER_GAUGES])
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[Metric]:
         """The families, each over one snapshot of the entries taken here
         (every family sees every partition as one state left it). Their
         samples are made only if something reads them (prometheus-client's
@@ -190,7 +190,7 @@ class PartitionSeries:
 
 def _esc(value: str) -> str:
     """A label value as prometheus-client escapes it (both formats)."""
-    return _om_escape(value, ALLOWUTF8, None)
+    return _om_escape(value, ALLOWUTF8, None)  # type: ignore[arg-type]  # (unused with ALLOWUTF8)
 
 
 class _SeriesFamily(Metric):
@@ -362,7 +362,7 @@ class Metrics(Sink):
                  registry: Optional[CollectorRegistry] = None) -> None:
         self.settings = settings
         self.registry = registry or CollectorRegistry()
-        self._server = None  # the endpoint, once served
+        self._server: Optional[WSGIServer] = None  # the endpoint, once served
         self._topic_patterns = [re.compile(p) for p in settings.topics]
         self._delivery_seen: dict[tuple[str, str], int] = {}
         # (cluster, policy, topic, partition) -> flags; -> wall time of its last state
@@ -495,7 +495,7 @@ class Metrics(Sink):
         values = (len(isr), len(s["replicas"]), s["leader"], s["min_insync_replicas"],
                   int(s["under_replicated"]), int(s["under_min_isr"]), int(s["at_min_isr"]),
                   s["hw"], s["leader_leo"], ts / 1000)
-        followers = ()
+        followers: tuple = ()
         if self.settings.per_follower:
             # Only the followers in this state keep series: a replica reassigned
             # away, or now the leader, loses its own at once. A lag or time since
@@ -553,7 +553,7 @@ class Metrics(Sink):
         self.batch_duration.set((p.get("durationMs", {}).get("triggerExecution", 0) or 0) / 1000)
         lag = [input_lag(s) for s in p.get("sources") or []]
         if lag and all(v is not None for v in lag):
-            self.input_lag.set(sum(lag))
+            self.input_lag.set(sum(lag))  # type: ignore[arg-type]  # (no None: all() above)
         ops = p.get("stateOperators") or []
         self.state_rows.set(sum(op.get("numRowsTotal", 0) for op in ops))
         self.state_memory.set(sum(op.get("memoryUsedBytes", 0) or 0 for op in ops))

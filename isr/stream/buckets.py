@@ -53,8 +53,8 @@ def checkpoint_buckets(spark, checkpoint: str) -> Optional[int]:
         rows = spark.read.text(offsets, wholetext=True).collect()
     except Exception:  # noqa: BLE001 - Spark's AnalysisException: no such path
         return None
-    found = [n for n in (from_offset_entry(r.value) for r in rows) if n is not None]
-    return found[-1] if found else None
+    numbers = [n for n in (from_offset_entry(r.value) for r in rows) if n is not None]
+    return numbers[-1] if numbers else None
 
 
 def resolve(spark, configured: Union[str, int], checkpoint: str) -> int:

@@ -15,7 +15,7 @@ checks up to that time.
 from __future__ import annotations
 
 import json
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -30,6 +30,12 @@ from isr.stream.packing import END_OF_INPUT, Packer, fewer_gc_passes_while, pack
 from isr.sinks.progress import RECORDS
 from isr.stream.source import pack_settings, record_batch, source_schema
 
+if TYPE_CHECKING:
+    import numpy as np
+
+# A file's (byte offset, line number) pairs: line_starts', or the row index's records.
+Starts = Union[list[tuple[int, int]], "np.ndarray"]
+
 # Each micro-batch's lines are read by this many tasks of equal size (a
 # multiple of the cores here: 5 uneven chunks on 2 cores left one idle), and
 # none smaller than MIN_CHUNK_ROWS.
@@ -42,6 +48,7 @@ def line_starts(path: str,
     """(byte offset, 1-based line number) of every non-blank line; a line over
     `max_line_bytes` counts as one, unread (replay_spark.Admission skips it)."""
     starts, pos = [], 0
+    line: Any  # bytes or Overlong, told apart by `__class__` (mypy does not narrow on it)
     with open(path, "rb") as f:
         for number, line in enumerate(block_lines(f, max_line_bytes), 1):
             if line.__class__ is Overlong:
@@ -89,10 +96,10 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int(limit) if limit else None
         self.pack = pack_settings(options)  # packs as it reads (source.pack_option)
         self.max_line_bytes = int(opts.get("max_line_bytes") or DEFAULT_MAX_LINE_BYTES)
-        self._starts: Optional[list[list[tuple[int, int]]]] = None
+        self._starts: Optional[Sequence[Starts]] = None
 
     @property
-    def starts(self) -> list[list[tuple[int, int]]]:
+    def starts(self) -> Sequence[Starts]:
         """Each file's line_starts, read when first needed: Spark makes
         readers in processes that only plan, where a whole pass over the
         input would be spent for nothing."""
@@ -101,7 +108,9 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 from isr.stream import rowindex  # numpy: only where it is used
 
                 # (start, line, ...) records: a row's place, as line_starts gives it
-                self._starts = rowindex.file_starts(rowindex.load(self.index), self.file_rows)
+                rows = self.file_rows  # (set with the index)
+                self._starts = rowindex.file_starts(
+                    rowindex.load(self.index), rows)  # type: ignore[arg-type]
             else:
                 self._starts = [line_starts(p, self.max_line_bytes) for p in self.paths]
         return self._starts
@@ -150,7 +159,8 @@ class LinesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ranges.append(LineRange("", "", base, 0, 0, 0, True, self.end_ts))
         return ranges
 
-    def read(self, partition: LineRange) -> Iterator:
+    # (Spark hands back the partitions `partitions` made: LineRanges.)
+    def read(self, partition: LineRange) -> Iterator:  # type: ignore[override]
         if self.pack is None:
             return fewer_gc_passes_while(read_lines(partition))
         if partition.index is not None:
@@ -172,6 +182,7 @@ def line_columns(r: LineRange, batch_rows: int = 8192) -> Iterator[tuple[list, l
     with open(r.path, "rb") as f:
         f.seek(r.byte_start)
         index, line_no, left = r.first_index, r.first_line, r.count
+        raw: Any  # bytes or Overlong, told apart by `__class__` (mypy does not narrow on it)
         for raw in block_lines(f, r.max_line_bytes):
             if not left:
                 break

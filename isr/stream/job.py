@@ -246,7 +246,7 @@ def read_source(spark, settings: Settings, pack_live: Optional[bool] = None):
         reader = reader.option(k, v)
     pack = pack_live is not None and fmt == "isr_kafka"
     if pack:
-        reader = packing_reader(reader, settings, pack_live)
+        reader = packing_reader(reader, settings, pack_live)  # type: ignore[arg-type]  # (pack)
     try:
         df = reader.load()
     except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException

@@ -191,7 +191,7 @@ class BucketProcessor:
             if value == END_OF_RUN:  # packed as such only from the source's own row
                 flush = True
                 continue
-            origin = (sources[i], offsets[i], value)
+            origin: Optional[tuple[str, int, bytes]] = (sources[i], offsets[i], value)
             if shared[i]:  # one bucket's share of a fetch session: one bucket reports it
                 whole = wholes[i]
                 origin = None if whole is None else (sources[i], offsets[i], whole)
@@ -202,8 +202,12 @@ class BucketProcessor:
                     dead.append(DeadLetter.of(*origin, outcome.reason, LATE))
             else:
                 arrived.append((ts_of[i], cols["seq"][i], value, origin))
-        engine.on_reject = lambda origin, reason: origin is not None and dead.append(
-            DeadLetter.of(*origin, reason, "model"))
+
+        def on_reject(origin: Optional[tuple[str, int, bytes]], reason: str) -> None:
+            if origin is not None:  # a share without it: another bucket reports it
+                dead.append(DeadLetter.of(*origin, reason, "model"))
+
+        engine.on_reject = on_reject
         try:
             if end_ts is not None:
                 statelog.undefer(bucket, None)

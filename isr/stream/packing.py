@@ -196,6 +196,8 @@ class Packer:
         decoded = decode_many(values)  # a marker or a lost record decodes to a Rejection
         sources: dict = {}  # (topic, partition) -> source_name: few per call
         homes = self._buckets
+        row: tuple  # one bucket's row (_ROW's fields)
+        b: Optional[int]  # a bucket; homes.get's None: a partition not placed yet
         for key, value, topic, partition, offset, more, event in zip(
                 keys, values, topics, partitions, offsets, behind, decoded):
             source = sources.get((topic, partition))

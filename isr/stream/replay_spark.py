@@ -11,7 +11,7 @@ import sys
 import tempfile
 from collections import Counter
 from operator import attrgetter
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -64,6 +64,7 @@ class Admission:
         self.end_ts = self.sequencer.max_ts
 
     def save_index(self, path: str) -> None:
+        assert self.index is not None, "an index is built only with buckets"
         self.index.save(path)
 
     def _read(self, path: str, label: str, max_line_bytes: int) -> None:
@@ -150,14 +151,16 @@ class Admission:
 
     def _codes(self, events: list) -> list[int]:
         """`_code` of each event; of partition events in bulk."""
-        if any(SCOPE[kind.type] != PARTITION for kind in set(map(type, events))):
+        # (`type`: the tag of the decoder's msgspec classes, made at import: contract/fast.py.)
+        if any(SCOPE[kind.type] != PARTITION  # type: ignore[attr-defined]
+               for kind in set(map(type, events))):
             return [self._code(ev) for ev in events]
         homes = self._homes
         keys = list(map(_KEY, events))
         codes = list(map(homes.get, keys))
         if None in codes:
             codes = [self._code_of_key(k) if c is None else c for k, c in zip(keys, codes)]
-        return codes
+        return codes  # type: ignore[return-value]  # (no None left: replaced just above)
 
     def _code(self, event) -> int:
         scope = SCOPE[event.type]
@@ -251,7 +254,9 @@ def collect(records: list[OutputRecord], settings: Settings, lines: int = 0,
             dead: Optional[list] = None) -> ReplayResult:
     """Turn the job's output records (and the dead letters judged before)
     into what `isr replay` prints."""
-    decisions, states, stats = [], {}, {}
+    decisions: list = []
+    states: dict = {}
+    stats: dict = {}
     anomalies: Counter = Counter()
     dead = list(dead or [])
     for r in records:
@@ -266,7 +271,7 @@ def collect(records: list[OutputRecord], settings: Settings, lines: int = 0,
                     total[i] += n
             anomalies.update(summary["session_anomalies"])  # each counted in one bucket
             continue
-        record = DECISION_TYPES[kind].model_validate_json(value)
+        record: Any = DECISION_TYPES[kind].model_validate_json(value)  # (by its kind, below)
         if kind == "partition_state":
             states[(record.policy, record.cluster, record.topic, record.partition)] = record
         elif kind == "dead_letter":

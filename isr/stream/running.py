@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
 
 from isr.errors import one_line_reason
 from isr.signals import StopOnSignal
@@ -153,7 +153,8 @@ class ExecutorWatch:
     runs its tasks again elsewhere) or comes. Nothing in local mode."""
 
     def __init__(self, spark, name: str):
-        self._sc, self._name, self._known = spark.sparkContext, name, None
+        self._sc, self._name = spark.sparkContext, name
+        self._known: Optional[set[str]] = None
 
     def _executors(self) -> set[str]:
         ids = self._sc._jsc.sc().getExecutorIds()  # a Scala Seq; the driver is not in it

@@ -218,7 +218,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Nothing to read: the same offsets as before, flags and all, or
             # Spark would take the dropped flags for news and run an empty batch.
             return previous
-        end = {**start, **ends}
+        end: dict = {**start, **ends}  # offsets, and the GAPS/BEHIND/LAST/RECORDS flags
         if gaps:
             end[GAPS] = {k: list(v) for k, v in gaps.items()}
         full = self.target if self.target is not None else self.latest
@@ -335,7 +335,7 @@ def read_range(r: KafkaRange) -> Iterator:
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        if m.offset() >= r.end:  # the range ends in control records
+                        if m.offset() >= r.end:  # type: ignore[operator]  # (an EOF has one)
                             position = r.end
                         continue
                     if err.code() == KafkaError._AUTO_OFFSET_RESET:
@@ -344,7 +344,7 @@ def read_range(r: KafkaRange) -> Iterator:
                     if err.fatal():
                         raise RuntimeError(f"isr_kafka: reading {r.topic}/{r.partition}: {err}")
                     continue  # transient (a broker restarting): librdkafka retries
-                offset = m.offset()
+                offset: int = m.offset()  # type: ignore[assignment]  # (a record has one)
                 if offset >= r.end:
                     position = r.end
                     break

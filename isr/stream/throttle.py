@@ -329,10 +329,10 @@ class StateThrottle(Listener):
             keys = sorted(self.pending)
         else:
             self._index_new(models_of)
-            keys = self._time_due(now)
-            keys.update((self.changed | self.touched) & self.pending)
-            keys = sorted(keys)
-        out = []
+            due = self._time_due(now)
+            due.update((self.changed | self.touched) & self.pending)
+            keys = sorted(due)
+        out: list = []
         pending, due_at = self.pending, self._due_at
         for key in keys:
             models = list(models_of(key))

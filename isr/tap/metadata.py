@@ -134,7 +134,7 @@ class MetadataLogTap(LineTap):
         # A finished dump (not followed): its log records are applied in offset
         # order at the end, whatever order its segments were dumped in.
         self.hold = hold
-        self.held: list[tuple[int, int, str]] = []
+        self.held: list[tuple[int, int, Optional[str]]] = []
         self.topics: dict[str, str] = {}  # topic id -> name
         self.partitions: dict[tuple[str, int], Registration] = {}
         self.broker_epochs: dict[int, int] = {}

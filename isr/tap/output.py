@@ -8,7 +8,7 @@ import sys
 import time
 from collections import Counter
 from contextlib import nullcontext
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import orjson
 from rich.console import Console
@@ -18,6 +18,9 @@ from isr.contract.events import routing_key
 from isr.linecap import DEFAULT_MAX_LINE_BYTES
 from isr.signals import StopOnSignal
 from isr.tap.lines import events_of, read_lines
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
 
 KAFKA_PREFIX = "kafka://"
 NOTHING_WRITTEN = 3  # as `isr replay` that accepted nothing (README, exit codes)
@@ -32,6 +35,7 @@ class Sink:
         self.to = to
         self.live = live
         self.written = 0
+        self.producer: Optional[Producer]  # None: to a file or stdout
         if to.startswith(KAFKA_PREFIX):
             from isr import preflight
             from isr.kafka.client import ensure_topics, producer
@@ -116,7 +120,7 @@ def run_tap(tap, source: str, follow: bool, to: str, settings_factory,
         print(f"{name}: warning: {line}", file=sys.stderr)
     if stop():
         return 130
-    if not sink.written and getattr(tap, "unknown_id_lines", 0):
+    if not sink.written and getattr(tap, "unknown_id_lines", 0) > 0:
         return NOTHING_WRITTEN
     return 0
 

@@ -404,6 +404,7 @@ class RequestLogTap(Log4jTap):
         epoch = request.get("sessionEpoch", FINAL_EPOCH)
         sid = request.get("sessionId", 0)
         forgotten: list[tuple[str, int]] = []
+        session: Optional[Session]  # (one in the end: found or made)
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch: the list is all
             self.sessions.pop(sid, None)
             self._replaced(self.fetchers.get(fetcher), request, out)
@@ -421,6 +422,8 @@ class RequestLogTap(Log4jTap):
         self.fetchers[fetcher] = session
         for topic in request.get("forgottenTopicsData", ()):
             name = self._name(topic)
+            if name is None:  # an unknown topic id: none of it was held (`topics` below)
+                continue
             for p in topic["partitions"]:
                 if session.parts.pop((name, p), None) is not None:
                     forgotten.append((name, p))
@@ -460,7 +463,7 @@ class RequestLogTap(Log4jTap):
             return topic["topic"]
         return self.topic_names(topic["topicId"])
 
-    def _served(self, response: dict) -> dict[tuple[str, int], tuple[int, int, int]]:
+    def _served(self, response: dict) -> dict[tuple[Optional[str], int], tuple[int, int, int]]:
         """(topic, partition) -> (highWatermark, records size, errorCode)."""
         served = {}
         for topic in response.get("responses", ()):

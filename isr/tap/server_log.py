@@ -131,7 +131,7 @@ class ServerLogTap(Log4jTap):
                 out = self._settle(key)  # it commits something else (KRaft: docs/tap.md)
             pending = self.proposals.pop(key, None)
             return out + [self._event(key, ts, broker, isr, int(updated.group(2)),
-                                      pending and pending.text)]
+                                      None if pending is None else pending.text)]
         if key in self.proposals and (REFUSED_BY_ZK.match(text) or REJECTED.match(text)):
             del self.proposals[key]
             return self.skip(REFUSED if text.startswith("Cached") else CONTROLLER_REJECTED)
