@@ -1,7 +1,7 @@
 """The package ships py.typed, so users' type checkers read its annotations:
 a wrong one misleads them. This runs mypy on isr with the suite (and so in
-CI), with the settings in pyproject.toml ([tool.mypy]); docs/testing.md says
-how to run it alone."""
+CI), with the settings in pyproject.toml ([tool.mypy]); docs/architecture.md
+("Tests follow the packages") says how to run it alone."""
 
 from __future__ import annotations
 
