@@ -34,7 +34,7 @@ STATE_STORE_PROVIDERS = {
 SPARK_LOG4J2 = Path(__file__).with_name("spark-log4j2.properties")
 
 
-def driver_java_options(jars: Sequence[str] = ()) -> str:
+def driver_java_options(jars: Sequence[str] = (), write_archive: bool = True) -> str:
     """The session's driver JVM options: a deeper stack (Spark matches
     stop-time exception messages with a recursive regex; a Python traceback
     in them overflowed the default stack), our log4j2 configuration
@@ -42,8 +42,9 @@ def driver_java_options(jars: Sequence[str] = ()) -> str:
     and collector of jvm.DRIVER_JVM (the client compiler, the serial
     collector), each unless ISR_SPARK_JAVA_OPTIONS (appended last) or an
     environment variable of JVM_OPTION_VARIABLES chooses its own, and the
-    class archive of a JVM with these `jars` in spark.jars
-    (jvm.driver_archive_options). spark.driver.extraJavaOptions in
+    class archive of a JVM with these `jars` in spark.jars, written by this
+    JVM if there is none and `write_archive` (jvm.driver_archive_options).
+    spark.driver.extraJavaOptions in
     stream.spark_conf replaces them all."""
     from isr.stream.jvm import driver_archive_options
 
@@ -54,7 +55,7 @@ def driver_java_options(jars: Sequence[str] = ()) -> str:
     # what else reaches the JVM's command line or the JVM itself
     elsewhere = " ".join(os.environ.get(name, "") for name in JVM_OPTION_VARIABLES)
     options.extend(jvm_defaults(extra.split() + elsewhere.split()))
-    options.extend(driver_archive_options(jars, extra.split() + elsewhere.split()))
+    options.extend(driver_archive_options(jars, extra.split() + elsewhere.split(), write_archive))
     if extra:
         options.append(extra)
     return " ".join(options)
@@ -117,11 +118,13 @@ MEMORY_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 
 def spark_session(settings: Settings, master: Optional[str] = None, app_name: str = "isr-monitor",
-                  memory_defaults: bool = True):
+                  memory_defaults: bool = True, write_archive: bool = True):
     """A session for `isr run` / tests; under spark-submit the existing one is used.
     `memory_defaults`: MEMORY_DEFAULTS unless stream.spark_conf says otherwise
     (`isr replay --engine spark` goes without: its bounded batches were
-    measured with Spark's defaults)."""
+    measured with Spark's defaults). `write_archive`: whether this session,
+    if there is no class archive yet, writes it at its end (a run that ends
+    by itself; one stopped by a signal leaves its JVM writing for nothing)."""
     from pyspark.sql import SparkSession
 
     # Python workers must run this interpreter (the venv), not the system one.
@@ -144,7 +147,7 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
                        STATE_STORE_PROVIDERS[settings.stream.state_store])
                .config("spark.ui.enabled", os.environ.get("ISR_SPARK_UI", "false"))
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.extraJavaOptions", driver_java_options(jars))
+               .config("spark.driver.extraJavaOptions", driver_java_options(jars, write_archive))
                # pandas warns inside Spark's own worker code; not ours to fix.
                .config("spark.executorEnv.PYTHONWARNINGS", "ignore::FutureWarning")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")

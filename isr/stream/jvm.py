@@ -61,10 +61,11 @@ def driver_archive(jars: Sequence[str]):
                            jvmarchive.files_key(spark_jars), jvmarchive.files_key(jars))
 
 
-def driver_archive_options(jars: Sequence[str], chosen: Sequence[str]) -> list[str]:
+def driver_archive_options(jars: Sequence[str], chosen: Sequence[str],
+                           write: bool = True) -> list[str]:
     """The driver JVM's options for its class archive: map the kept one, or
-    else write one at this session's end (unless another live session is
-    writing it now). None when ISR_CLASS_ARCHIVE=0 or when `chosen` (the
+    else, if `write`, write one at this session's end (unless another live
+    session is writing it now). None when ISR_CLASS_ARCHIVE=0 or when `chosen` (the
     JVM options given elsewhere) set class-data sharing themselves."""
     from isr import jvmarchive
 
@@ -79,8 +80,8 @@ def driver_archive_options(jars: Sequence[str], chosen: Sequence[str]) -> list[s
             return [f"{jvmarchive.USE}{kept}", jvmarchive.QUIET]
         for left in jvmarchive.abandoned(stem.parent):
             jvmarchive.drop(left)
-        if any(stem.parent.glob(f"{stem.name}.*.partial")):
-            return []  # another session writes it now
+        if not write or any(stem.parent.glob(f"{stem.name}.*.partial")):
+            return []  # not ours to write, or another session writes it now
         stem.parent.mkdir(parents=True, exist_ok=True)
         if not os.access(stem.parent, os.W_OK):
             return []
