@@ -50,27 +50,27 @@ def test_a_partial_archive_whose_process_is_gone_is_abandoned(tmp_path):
 
 
 def test_the_driver_writes_the_archive_once_then_maps_it(cache):
-    options = job.driver_java_options().split()
+    options = job.driver_java_options(write_archive=True).split()
     writes = [o for o in options if o.startswith(jvmarchive.WRITE)]
     assert len(writes) == 1 and jvmarchive.QUIET in options
     written = jvmarchive.written_by(writes)
     assert written.parent == cache / "spark-classes" and written.name.endswith(".partial")
     written.write_bytes(b"\0" * 4096)  # what the JVM leaves at its clean exit
     kept = jvmarchive.keep(written)
-    assert f"{jvmarchive.USE}{kept}" in job.driver_java_options().split()
+    assert f"{jvmarchive.USE}{kept}" in job.driver_java_options(write_archive=True).split()
 
 
 def test_another_live_writer_or_a_chosen_cds_option_or_the_switch_leave_it_out(cache, monkeypatch):
-    written = jvmarchive.written_by(job.driver_java_options().split())
+    written = jvmarchive.written_by(job.driver_java_options(write_archive=True).split())
     written.touch()  # this process's session writes it now
-    assert not any("Archive" in o for o in job.driver_java_options().split())
+    assert not any("Archive" in o for o in job.driver_java_options(write_archive=True).split())
     written.unlink()
     monkeypatch.setenv("ISR_SPARK_JAVA_OPTIONS", "-Xshare:off")
-    assert job.driver_java_options().split()[-1] == "-Xshare:off"
-    assert not any("Archive" in o for o in job.driver_java_options().split())
+    assert job.driver_java_options(write_archive=True).split()[-1] == "-Xshare:off"
+    assert not any("Archive" in o for o in job.driver_java_options(write_archive=True).split())
     monkeypatch.delenv("ISR_SPARK_JAVA_OPTIONS")
     monkeypatch.setenv(jvmarchive.SWITCH, "0")
-    assert not any("Archive" in o for o in job.driver_java_options().split())
+    assert not any("Archive" in o for o in job.driver_java_options(write_archive=True).split())
 
 
 def test_the_key_follows_the_jars(cache, tmp_path):
@@ -87,7 +87,7 @@ SESSION = """
 import json, os
 from isr.config import load_settings
 from isr.stream.job import spark_session
-spark = spark_session(load_settings(None, []), "local[1]", "class-archive")
+spark = spark_session(load_settings(None, []), "local[1]", "class-archive", write_archive=True)
 total = spark.range(1000).selectExpr("sum(id)").collect()[0][0]
 pid = spark.sparkContext._gateway.proc.pid
 args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory
@@ -133,10 +133,10 @@ def test_a_second_session_maps_the_archive_the_first_wrote_and_a_corrupt_one_is_
 
 
 def test_a_session_that_does_not_write_still_maps_a_kept_archive(cache):
-    """`isr run` without --available-now (stopped by a signal) and the demo:
-    no archive written, but a kept one used."""
-    assert not any("Archive" in o for o in job.driver_java_options(write_archive=False).split())
-    written = jvmarchive.written_by(job.driver_java_options().split())
+    """`isr run` without --available-now (stopped by a signal), the demo, a
+    session of a few batch queries: no archive written, a kept one used."""
+    assert not any("Archive" in o for o in job.driver_java_options().split())
+    written = jvmarchive.written_by(job.driver_java_options(write_archive=True).split())
     written.write_bytes(b"\0" * 4096)
     kept = jvmarchive.keep(written)
-    assert f"{jvmarchive.USE}{kept}" in job.driver_java_options(write_archive=False).split()
+    assert f"{jvmarchive.USE}{kept}" in job.driver_java_options().split()

@@ -136,8 +136,7 @@ class SparkStart:
 
         os.environ.setdefault("ISR_SPARK_JAVA_OPTIONS", QUICK_START_JVM)  # the first change sooner
         try:
-            self.spark = spark_session(self.settings, self.settings.stream.master,
-                                       write_archive=False)  # it ends by Ctrl-C
+            self.spark = spark_session(self.settings, self.settings.stream.master)
             quiet_failures(self.spark)
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             self.error = exc

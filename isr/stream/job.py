@@ -34,7 +34,7 @@ STATE_STORE_PROVIDERS = {
 SPARK_LOG4J2 = Path(__file__).with_name("spark-log4j2.properties")
 
 
-def driver_java_options(jars: Sequence[str] = (), write_archive: bool = True) -> str:
+def driver_java_options(jars: Sequence[str] = (), write_archive: bool = False) -> str:
     """The session's driver JVM options: a deeper stack (Spark matches
     stop-time exception messages with a recursive regex; a Python traceback
     in them overflowed the default stack), our log4j2 configuration
@@ -118,13 +118,15 @@ MEMORY_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 
 def spark_session(settings: Settings, master: Optional[str] = None, app_name: str = "isr-monitor",
-                  memory_defaults: bool = True, write_archive: bool = True):
+                  memory_defaults: bool = True, write_archive: bool = False):
     """A session for `isr run` / tests; under spark-submit the existing one is used.
     `memory_defaults`: MEMORY_DEFAULTS unless stream.spark_conf says otherwise
     (`isr replay --engine spark` goes without: its bounded batches were
     measured with Spark's defaults). `write_archive`: whether this session,
-    if there is no class archive yet, writes it at its end (a run that ends
-    by itself; one stopped by a signal leaves its JVM writing for nothing)."""
+    if there is no class archive yet, writes it at its end: one that runs
+    streaming queries and ends by itself (the archive holds the classes the
+    writer loaded; a run stopped by a signal leaves its JVM writing for
+    nothing)."""
     from pyspark.sql import SparkSession
 
     # Python workers must run this interpreter (the venv), not the system one.
