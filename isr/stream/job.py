@@ -44,8 +44,7 @@ def driver_java_options(jars: Sequence[str] = (), write_archive: bool = False) -
     environment variable of JVM_OPTION_VARIABLES chooses its own, and the
     class archive of a JVM with these `jars` in spark.jars, written by this
     JVM if there is none and `write_archive` (jvm.driver_archive_options).
-    spark.driver.extraJavaOptions in
-    stream.spark_conf replaces them all."""
+    spark.driver.extraJavaOptions in stream.spark_conf replaces them all."""
     from isr.stream.jvm import driver_archive_options
 
     options = ["-Xss16m"]
@@ -134,7 +133,7 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
     if memory_defaults:  # read by glibc when the JVM starts (local mode: ours)
         for key, value in MEMORY_ENV.items():
             os.environ.setdefault(key, value)
-    jars = []
+    jars: list[str] = []
     if settings.input.source == "kafka":
         from isr.stream.connector import kafka_jars
 
