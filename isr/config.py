@@ -501,6 +501,7 @@ def load_settings(
 # Environment variables of ours that are no setting.
 OPERATIONAL_ENV = frozenset({
     "ISR_CONFIG", "ISR_SPARK_LOG_LEVEL", "ISR_SPARK_UI", "ISR_TANSU_BIN", "ISR_SPARK_JAVA_OPTIONS",
+    "ISR_CLASS_ARCHIVE",
     "ISR_CACHE", "ISR_SCENARIO_DIR", "ISR_STATE_CACHE_ENTRIES", "ISR_STATE_CACHE_LOG",
     "ISR_ENGINE_PROCESS", "ISR_ENGINE_IDLE_S",
     # scripts/kafka-cluster (isr/kafka/cluster.py, jars.py)

@@ -56,6 +56,7 @@ class _State:
         self.watchdog: Optional[threading.Thread] = None
         self.unraisablehook = sys.unraisablehook   # the one before handled()
         self.resend = False   # an interrupt was swallowed (_on_unraisable)
+        self.ever = False     # a stop signal came, at any time (not reset: stop_requested)
 
 
 _state = _State()
@@ -97,8 +98,15 @@ def _start_watchdog() -> None:
         _state.watchdog.start()
 
 
+def stop_requested() -> bool:
+    """Whether Ctrl-C or SIGTERM came while this process ran a command: an
+    exit then does no more than it must (isr/stream/jvm.py's class archive)."""
+    return _state.ever
+
+
 def _on_signal(signum, _frame) -> None:
     now = time.monotonic()
+    _state.ever = True
     if _state.first is None:
         _state.first = (signum, now)
     section = _state.sections[-1] if _state.sections else None

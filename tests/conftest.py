@@ -52,7 +52,9 @@ def spark(spark_kafka_jars):
     # input.source = "kafka": the session also gets Spark's Kafka connector
     # (spark.jars), so one session runs both sources.
     settings = Settings.model_validate({"input": {"source": "kafka"}})
-    session = spark_session(settings, "local[2]", "isr-tests")
+    # it writes the driver's class archive at the end if there is none (its
+    # streaming queries load the classes every later session maps)
+    session = spark_session(settings, "local[2]", "isr-tests", write_archive=True)
     yield session
     session.stop()
 

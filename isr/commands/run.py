@@ -35,7 +35,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     preflight.streaming_job(settings)
     trigger = {"availableNow": True} if args.available_now else None
     with stopping_our_jvm():
-        spark = spark_session(settings, settings.stream.master)
+        # only a run that ends by itself waits to write the JVM's class archive
+        spark = spark_session(settings, settings.stream.master,
+                              write_archive=bool(args.available_now))
         quiet_failures(spark)
     with StreamingPipeline(settings, RunTally(settings.monitor.policy)) as pipeline:
         with stopping_our_jvm():

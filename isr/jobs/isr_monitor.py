@@ -93,7 +93,8 @@ def main(argv=None) -> int:
     # its --master wins. `python jobs/isr_monitor.py` falls back to stream.master.
     under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     spark = SparkSession.getActiveSession() or spark_session(
-        settings, None if under_spark_submit else settings.stream.master)
+        settings, None if under_spark_submit else settings.stream.master,
+        write_archive=bool(args.available_now))  # as `isr run`'s
     ship_wheels(spark.sparkContext)
     trigger = {"availableNow": True} if args.available_now else None
     quiet_failures(spark)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+from isr import jvmarchive
 from isr.kafka.jars import (JMX_AGENT, JVM_DIR, REPO, ClusterError, java_binary,
                             kafka_version, resolve_jars)
 from isr.signals import pid_alive
@@ -269,44 +270,24 @@ def _save_template(template: Path, data_dirs: dict[int, Path], cluster_id: str) 
 
 
 def class_archive(java: str) -> Path:
-    """The nodes' class-data sharing archive (AppCDS, JDK 13+): the classes a
-    broker loads, parsed once and mapped by every later JVM of this Java and
-    these jars: a node's start takes half the CPU (measured: the cluster's
-    4 JVMs 22.9 CPU-seconds without, 12.0 with; docs/real-kafka.md). The first
-    cluster stopped cleanly writes it (ArchiveClassesAtExit); a JVM that
-    cannot use it (another Java build) warns in kafka.out and runs without."""
-    import hashlib
-
+    """The nodes' class-data sharing archive (isr/jvmarchive.py), without its
+    suffix: the classes a broker loads, mapped by every later JVM of this
+    Java and these jars: a node's start takes half the CPU (measured: the
+    cluster's 4 JVMs 22.9 CPU-seconds without, 12.0 with; docs/real-kafka.md).
+    The first cluster stopped cleanly writes it; a JVM that cannot use it
+    (another Java build) runs without."""
     from isr.kafka.jars import cache_root
 
-    real = Path(os.path.realpath(java))
-    st = real.stat()
-    key = hashlib.sha256(f"{real}:{st.st_size}:{st.st_mtime_ns}:{' '.join(JVM_FLAGS)}".encode())
-    return cache_root() / f"kafka-{kafka_version()}" / f"classes-{key.hexdigest()[:12]}.jsa"
+    return jvmarchive.stem(cache_root() / f"kafka-{kafka_version()}", "classes", java,
+                           " ".join(JVM_FLAGS))
 
 
 ARCHIVE_WRITER = 1  # the node whose clean exit writes the archive (a broker: the most classes)
-WRITE_ARCHIVE = "-XX:ArchiveClassesAtExit="
 
 
 def _archive_written_by(pid: int) -> Optional[Path]:
     """The archive a node writes at its exit (its command line says), if any."""
-    for arg in _cmdline(pid).split():
-        if arg.startswith(WRITE_ARCHIVE):
-            return Path(arg[len(WRITE_ARCHIVE):])
-    return None
-
-
-def _keep_archive(partial: Optional[Path]) -> None:
-    """After the writer's clean exit: its archive, whole, into place."""
-    if partial and partial.exists() and partial.stat().st_size > 0:
-        os.replace(partial, partial.with_name(partial.name.split(".jsa.")[0] + ".jsa"))
-
-
-def _drop_archive(partial: Optional[Path]) -> None:
-    """A writer killed (or one that wrote nothing): nothing half-written is kept."""
-    if partial:
-        partial.unlink(missing_ok=True)
+    return jvmarchive.written_by(_cmdline(pid).split())
 
 
 # ------------------------------------------------------------------ the cluster
@@ -453,9 +434,9 @@ class KafkaCluster:
     def _java(self, java: str, main: str, tool: bool = False, heap: str = "-Xmx256m",
               node_dir: Optional[Path] = None) -> list[str]:
         cmd = [java, *heap.split(), *JVM_FLAGS, "-cp", f"{self.libs}/*"]
-        archive = class_archive(java)
-        if archive.exists():
-            cmd.insert(1, f"-XX:SharedArchiveFile={archive}")
+        archive = jvmarchive.find(class_archive(java)) if jvmarchive.enabled() else None
+        if archive is not None:
+            cmd[1:1] = [f"{jvmarchive.USE}{archive}", jvmarchive.QUIET]
         if tool:
             cmd += [f"-Dlog4j2.configurationFile={TOOLS_LOG4J2}"]
         else:
@@ -475,9 +456,8 @@ class KafkaCluster:
         heap = self.conf.controller_heap if node == CONTROLLER_ID else self.conf.broker_heap
         cmd = self._java(java, "kafka.Kafka", heap=heap, node_dir=d)
         archive = class_archive(java)
-        if node == ARCHIVE_WRITER and not archive.exists():
-            partial = archive.with_name(f"{archive.name}.{uuid.uuid4().hex[:8]}.partial")
-            cmd.insert(1, f"{WRITE_ARCHIVE}{partial}")
+        if node == ARCHIVE_WRITER and jvmarchive.enabled() and jvmarchive.find(archive) is None:
+            cmd[1:1] = [f"{jvmarchive.WRITE}{jvmarchive.partial(archive)}", jvmarchive.QUIET]
         if node != CONTROLLER_ID and self.conf.jmx_exporter:
             agent = next((self.libs / "agent").glob(f"{JMX_AGENT}-*.jar"))
             cmd.insert(1, f"-javaagent:{agent}=127.0.0.1:{self.conf.metrics_port(node)}:"
@@ -624,7 +604,7 @@ class KafkaCluster:
         pid = self.pid(node)
         self._signal(node, signal.SIGKILL)
         self._reap(node, 10)
-        _drop_archive(_archive_written_by(pid) if pid else None)
+        jvmarchive.drop(_archive_written_by(pid) if pid else None)
 
     def stop_node(self, node: int, timeout_s: float = 30.0) -> None:
         """SIGTERM: a broker's controlled shutdown, then SIGKILL if it hangs."""
@@ -636,11 +616,11 @@ class KafkaCluster:
         os.killpg(pid, signal.SIGCONT)  # a paused node cannot handle SIGTERM
         os.killpg(pid, signal.SIGTERM)
         if self._reap(node, timeout_s + (60 if partial else 0)):
-            _keep_archive(partial)
+            jvmarchive.keep(partial)
         else:
             os.killpg(pid, signal.SIGKILL)
             self._reap(node, 10)
-        _drop_archive(partial)
+        jvmarchive.drop(partial)
 
     def restart_node(self, node: int, timeout_s: float = 60.0) -> None:
         self.start_node(node)
@@ -676,9 +656,9 @@ class KafkaCluster:
                 if pid is None:
                     continue
                 if self._reap(node, timeout_s + (60 if partials[node] else 0)):
-                    _keep_archive(partials[node])
+                    jvmarchive.keep(partials[node])
                 else:
-                    _drop_archive(partials[node])
+                    jvmarchive.drop(partials[node])
                     if not quiet:
                         print(f"kafka-cluster: {node_name(node)} did not stop in "
                               f"{timeout_s:.0f} s; killed", file=sys.stderr)

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from isr.config import Settings
 from isr.contract.records import SPARK_SCHEMA, OutputRecord
@@ -34,15 +34,19 @@ STATE_STORE_PROVIDERS = {
 SPARK_LOG4J2 = Path(__file__).with_name("spark-log4j2.properties")
 
 
-def driver_java_options() -> str:
+def driver_java_options(jars: Sequence[str] = (), write_archive: bool = False) -> str:
     """The session's driver JVM options: a deeper stack (Spark matches
     stop-time exception messages with a recursive regex; a Python traceback
     in them overflowed the default stack), our log4j2 configuration
-    (absent when the package is imported from a zip), and the JIT compiler
+    (absent when the package is imported from a zip), the JIT compiler
     and collector of jvm.DRIVER_JVM (the client compiler, the serial
     collector), each unless ISR_SPARK_JAVA_OPTIONS (appended last) or an
-    environment variable of JVM_OPTION_VARIABLES chooses its own.
+    environment variable of JVM_OPTION_VARIABLES chooses its own, and the
+    class archive of a JVM with these `jars` in spark.jars, written by this
+    JVM if there is none and `write_archive` (jvm.driver_archive_options).
     spark.driver.extraJavaOptions in stream.spark_conf replaces them all."""
+    from isr.stream.jvm import driver_archive_options
+
     options = ["-Xss16m"]
     if SPARK_LOG4J2.is_file():
         options.append(f"-Dlog4j2.configurationFile={SPARK_LOG4J2.as_uri()}")
@@ -50,6 +54,7 @@ def driver_java_options() -> str:
     # what else reaches the JVM's command line or the JVM itself
     elsewhere = " ".join(os.environ.get(name, "") for name in JVM_OPTION_VARIABLES)
     options.extend(jvm_defaults(extra.split() + elsewhere.split()))
+    options.extend(driver_archive_options(jars, extra.split() + elsewhere.split(), write_archive))
     if extra:
         options.append(extra)
     return " ".join(options)
@@ -112,11 +117,15 @@ MEMORY_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 
 def spark_session(settings: Settings, master: Optional[str] = None, app_name: str = "isr-monitor",
-                  memory_defaults: bool = True):
+                  memory_defaults: bool = True, write_archive: bool = False):
     """A session for `isr run` / tests; under spark-submit the existing one is used.
     `memory_defaults`: MEMORY_DEFAULTS unless stream.spark_conf says otherwise
     (`isr replay --engine spark` goes without: its bounded batches were
-    measured with Spark's defaults)."""
+    measured with Spark's defaults). `write_archive`: whether this session,
+    if there is no class archive yet, writes it at its end: one that runs
+    streaming queries and ends by itself (the archive holds the classes the
+    writer loaded; a run stopped by a signal leaves its JVM writing for
+    nothing)."""
     from pyspark.sql import SparkSession
 
     # Python workers must run this interpreter (the venv), not the system one.
@@ -124,6 +133,11 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
     if memory_defaults:  # read by glibc when the JVM starts (local mode: ours)
         for key, value in MEMORY_ENV.items():
             os.environ.setdefault(key, value)
+    jars: list[str] = []
+    if settings.input.source == "kafka":
+        from isr.stream.connector import kafka_jars
+
+        jars = kafka_jars()
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
@@ -134,7 +148,7 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
                        STATE_STORE_PROVIDERS[settings.stream.state_store])
                .config("spark.ui.enabled", os.environ.get("ISR_SPARK_UI", "false"))
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.extraJavaOptions", driver_java_options())
+               .config("spark.driver.extraJavaOptions", driver_java_options(jars, write_archive))
                # pandas warns inside Spark's own worker code; not ours to fix.
                .config("spark.executorEnv.PYTHONWARNINGS", "ignore::FutureWarning")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
@@ -142,16 +156,15 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
                # every few batches: ~0.35 s instead of ~0.7 s a commit here.
                .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
                        "true"))
-    if settings.input.source == "kafka":
-        from isr.stream.connector import kafka_jars
-
-        jars = kafka_jars()
-        if jars:
-            builder = builder.config("spark.jars", ",".join(jars))
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
     for key, value in {**(MEMORY_DEFAULTS if memory_defaults else {}),
                        **settings.stream.spark_conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    from isr.stream.jvm import keep_archive_at_exit
+
+    keep_archive_at_exit(spark)  # if its JVM writes the class archive
     if os.environ.get("ISR_SPARK_LOG_LEVEL"):  # else spark-log4j2.properties' levels
         set_log_level(spark, os.environ["ISR_SPARK_LOG_LEVEL"])
     return spark

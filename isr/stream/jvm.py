@@ -1,5 +1,11 @@
 """JVM options for Spark's short runs, in a module of its own: the demo and
-the tests name them without importing pyspark."""
+the tests name them without importing pyspark; the driver's class archive."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
 
 # A JVM that starts on about half the CPU: the client compiler only (C2's
 # compilations are most of a starting JVM's CPU) and the serial collector.
@@ -17,3 +23,127 @@ QUICK_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # (or SPARK_SUBMIT_OPTS, JAVA_TOOL_OPTIONS, ...) choosing a compiler
 # (-XX:TieredStopAtLevel=4) or a collector (-XX:+UseG1GC) replaces that one.
 DRIVER_JVM = QUICK_START_JVM
+
+
+# ------------------------------------------------------------ class archive
+# The driver JVM's class-data sharing archive (isr/jvmarchive.py): the ~20,000
+# classes a session loads, mapped instead of read from Spark's jars. The
+# first session that ends cleanly writes it; it waits for its JVM to exit
+# (the JVM writes at its exit) at most this long, once.
+ARCHIVE_WAIT_S = 120.0
+# JVM options that choose class-data sharing themselves: ours stay out.
+CDS_OPTIONS = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit",
+               "-XX:+RecordDynamicDumpInfo", "-XX:+AutoCreateSharedArchive")
+
+
+def spark_java() -> str | None:
+    """The java spark-class runs: $JAVA_HOME/bin/java, else `java` on PATH."""
+    import shutil
+
+    home = os.environ.get("JAVA_HOME")
+    return os.path.join(home, "bin", "java") if home else shutil.which("java")
+
+
+def driver_archive(jars: Sequence[str]):
+    """The driver's archive stem (jvmarchive.stem): keyed by the java binary,
+    Spark's own jars and the session's spark.jars (the Kafka connector's),
+    each jar by its path, size and time. None without a java."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    from isr import jvmarchive
+    from isr.kafka.jars import cache_root
+
+    java = spark_java()
+    if not java or not os.path.exists(java):
+        return None
+    spark_jars = sorted(str(p) for p in Path(_find_spark_home(), "jars").glob("*.jar"))
+    return jvmarchive.stem(cache_root() / "spark-classes", "driver", java,
+                           jvmarchive.files_key(spark_jars), jvmarchive.files_key(jars))
+
+
+def driver_archive_options(jars: Sequence[str], chosen: Sequence[str],
+                           write: bool = True) -> list[str]:
+    """The driver JVM's options for its class archive: map the kept one, or
+    else, if `write`, write one at this session's end (unless another live
+    session is writing it now). None when ISR_CLASS_ARCHIVE=0 or when `chosen` (the
+    JVM options given elsewhere) set class-data sharing themselves."""
+    from isr import jvmarchive
+
+    if not jvmarchive.enabled() or any(o.startswith(CDS_OPTIONS) for o in chosen):
+        return []
+    try:
+        stem = driver_archive(jars)
+        if stem is None:
+            return []
+        kept = jvmarchive.find(stem)
+        if kept is not None:
+            return [f"{jvmarchive.USE}{kept}", jvmarchive.QUIET]
+        for left in jvmarchive.abandoned(stem.parent):
+            jvmarchive.drop(left)
+        if not write or any(stem.parent.glob(f"{stem.name}.*.partial")):
+            return []  # not ours to write, or another session writes it now
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(stem.parent, os.W_OK):
+            return []
+        return [f"{jvmarchive.WRITE}{jvmarchive.partial(stem)}", jvmarchive.QUIET]
+    except (OSError, ImportError):  # no cache to write, no pyspark: start as before
+        return []
+
+
+def keep_archive_at_exit(spark) -> None:
+    """If this session's driver JVM writes the class archive (its command
+    line says), wait for it when this process exits and keep the archive."""
+    import atexit
+
+    from isr import jvmarchive
+
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if proc is None:  # under spark-submit: not our JVM
+        return
+    try:
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return
+    written = jvmarchive.written_by(args)
+    if written is not None and written not in _WRITERS:
+        _WRITERS.add(written)
+        try:
+            written.touch()  # the sessions starting meanwhile see a writer
+        except OSError:
+            pass
+        atexit.register(_keep_archive, proc, written)
+
+
+_WRITERS: set = set()  # the archives this process's JVMs write (one wait each)
+
+
+def _keep_archive(proc, written) -> None:
+    """At exit: close the JVM's stdin, as our exit would (PySpark's gateway
+    then calls System.exit), wait for it to write the archive, keep it. A
+    run stopped by Ctrl-C or SIGTERM does not wait: what its JVM leaves is
+    removed by the next session's start (jvmarchive.abandoned)."""
+    import subprocess
+
+    from isr import jvmarchive
+    from isr.signals import stop_requested
+
+    if stop_requested():
+        return
+    try:
+        from pyspark import SparkContext
+
+        if SparkContext._active_spark_context is not None:
+            # first: its accumulator server would print the JVM's going as an EOFError
+            SparkContext._active_spark_context.stop()
+    except Exception:  # noqa: BLE001 - a JVM gone already: nothing to write
+        return
+    try:
+        proc.stdin.close()
+        code = proc.wait(timeout=ARCHIVE_WAIT_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt, OSError, ValueError):
+        return
+    if code == 0:
+        jvmarchive.keep(written)
+    else:
+        jvmarchive.drop(written)

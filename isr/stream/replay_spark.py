@@ -221,7 +221,7 @@ def replay_spark(sources: list[str], settings: Settings, spark=None,
                 paths.append(os.path.abspath(name))
             labels.append(name)
         spark = spark or spark_session(settings, settings.stream.master, "isr-replay",
-                                       memory_defaults=False)
+                                       memory_defaults=False, write_archive=True)
         spark.dataSource.register(LinesDataSource)
         checkpoint = os.path.join(workdir, "checkpoint")
         # The bucket count first: the admission notes each row's bucket (rowindex.py).
