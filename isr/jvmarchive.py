@@ -124,7 +124,7 @@ def abandoned(directory: Path) -> list[Path]:
     does not wait for its JVM to write; one killed cannot)."""
     from isr.signals import pid_alive
 
-    out = []
+    out: list[Path] = []
     try:
         partials = list(directory.glob("*.partial"))
     except OSError:

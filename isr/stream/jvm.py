@@ -138,6 +138,11 @@ def _keep_archive(proc, written) -> None:
             SparkContext._active_spark_context.stop()
     except Exception:  # noqa: BLE001 - a JVM gone already: nothing to write
         return
+    import sys
+
+    # once per Java and jars: say why this exit takes longer (20 CPU s or so)
+    print("isr: writing the Spark driver's class archive once, for faster starts "
+          "(ISR_CLASS_ARCHIVE=0 skips it)", file=sys.stderr, flush=True)
     try:
         proc.stdin.close()
         code = proc.wait(timeout=ARCHIVE_WAIT_S)
