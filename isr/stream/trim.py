@@ -19,8 +19,8 @@ for reuse: `give_back` asks it to return them too (MemoryPool.
 release_unused), where pyarrow is loaded already (docs/benchmarks.md,
 issue 23, branch `rsscap`: ~24 MB a read task).
 
-Nothing happens where the C library has no malloc_trim (musl, macOS), or
-with ISR_MALLOC_TRIM=0.
+The C heap's part does nothing where the C library has no malloc_trim
+(musl, macOS); ISR_MALLOC_TRIM=0 turns both off.
 """
 
 from __future__ import annotations
