@@ -119,3 +119,65 @@ def test_an_end_below_what_was_read_is_looked_at_again_before_the_job_stops(monk
     now[0] += source.WENT_BACK_GRACE_S
     with pytest.raises(DataLossError, match="offsets went back from 300 to 10"):
         reader._lost({"t/0": 300}, {"t/0": (0, 10)})
+
+
+class _Message:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def error(self):
+        return None
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return b"v"
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self._offset)
+
+
+class _Consumer:
+    """A partition of 100 records, and the client properties it was given."""
+
+    made: list[dict] = []
+
+    def __init__(self, conf: dict) -> None:
+        self.conf, self.position = conf, 0
+        _Consumer.made.append(conf)
+
+    def assign(self, tps) -> None:
+        self.position = tps[0].offset
+
+    def consume(self, num_messages: int, timeout: float) -> list:
+        got = [_Message(o) for o in range(self.position, min(self.position + num_messages, 100))]
+        self.position += len(got)
+        return got
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("properties, read_ahead", [
+    ({}, str(2 * 8192)),                             # two Arrow batches, not librdkafka's 100,000
+    ({"queued.min.messages": "50000"}, "50000"),     # kafka.properties say otherwise
+])
+def test_a_read_task_fetches_little_ahead_of_its_range(monkeypatch, properties, read_ahead):
+    """librdkafka's consumer fetches up to 100,000 messages (64 MB) of a
+    partition ahead by default: a read task of a micro-batch held up to its
+    whole range again, beyond its end, at the read's peak. The records read
+    are the range's, whatever the setting."""
+    from isr.kafka import client
+    from isr.stream import source
+
+    monkeypatch.setattr(client, "Consumer", _Consumer)
+    _Consumer.made.clear()
+    r = source.KafkaRange("t", 0, 10, 60, {"bootstrap.servers": "127.0.0.1:1", **properties},
+                          30.0, True)
+    batches = list(source.read_range(r))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(10, 60))
+    assert _Consumer.made[0]["queued.min.messages"] == read_ahead

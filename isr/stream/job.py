@@ -106,6 +106,25 @@ MEMORY_DEFAULTS = {
     "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": "1048576",
 }
 
+# Memory defaults where the tasks run in the driver's JVM (local mode), as
+# MEMORY_DEFAULTS. A task's result up to this size goes to the driver as it
+# is, instead of through the block manager (Spark's 1 MB: a copy stored and
+# read back in the heap while the batch is collected). The buckets' results
+# reach ~60 MB each at 100 k partitions when every partition's state goes
+# out: the heap's live peak fell 324 -> 213 MB and the JVM's peak RSS by
+# ~0.15 GB (docs/benchmarks.md, issue 23, branch `rsscap`). Spark caps it at
+# spark.rpc.message.maxSize (128m); a bigger result takes the block manager
+# as before. Not on a cluster, where a direct result is an RPC message.
+LOCAL_MEMORY_DEFAULTS = {"spark.task.maxDirectResultSize": "128m"}
+
+
+def memory_defaults_for(master: Optional[str]) -> dict[str, str]:
+    """MEMORY_DEFAULTS, and LOCAL_MEMORY_DEFAULTS for a local master (None:
+    PySpark's own, local[*], unless spark-submit's session is used, whose
+    core settings are fixed already)."""
+    local = master is None or master.startswith("local")
+    return {**MEMORY_DEFAULTS, **(LOCAL_MEMORY_DEFAULTS if local else {})}
+
 
 # The driver JVM's glibc malloc: a few arenas instead of 8 per core (each of
 # the JVM's threads that mallocs, RocksDB's and the Arrow/compression
@@ -119,7 +138,7 @@ MEMORY_ENV = {"MALLOC_ARENA_MAX": "2"}
 def spark_session(settings: Settings, master: Optional[str] = None, app_name: str = "isr-monitor",
                   memory_defaults: bool = True, write_archive: bool = False):
     """A session for `isr run` / tests; under spark-submit the existing one is used.
-    `memory_defaults`: MEMORY_DEFAULTS unless stream.spark_conf says otherwise
+    `memory_defaults`: memory_defaults_for(master) unless stream.spark_conf says otherwise
     (`isr replay --engine spark` goes without: its bounded batches were
     measured with Spark's defaults). `write_archive`: whether this session,
     if there is no class archive yet, writes it at its end: one that runs
@@ -158,7 +177,7 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
                        "true"))
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
-    for key, value in {**(MEMORY_DEFAULTS if memory_defaults else {}),
+    for key, value in {**(memory_defaults_for(master) if memory_defaults else {}),
                        **settings.stream.spark_conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

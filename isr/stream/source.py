@@ -20,6 +20,7 @@ from isr.errors import DataLossError
 from isr.stream.packing import (END_OF_RUN, PACKED_SCHEMA, Packer, fewer_gc_passes_while,
                                 pack_batch)
 from isr.sinks.progress import RECORDS
+from isr.stream import trim
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -35,6 +36,13 @@ SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
 # What the job reads of a source (Spark's own Kafka source has no `behind`).
 SOURCE_COLUMNS = ["key", "value", "topic", "partition", "offset", "behind"]
 ARROW_BATCH_ROWS = 8192
+# How far librdkafka fetches ahead of what a read task has consumed: two
+# Arrow batches keep its fetches pipelined. Its default (queued.min.messages
+# 100,000, or 64 MB) queued up to a whole micro-batch's share of the
+# partition beyond the range's end, read and dropped, in the worker's memory
+# at the read's peak (~50 MB a 50,000-record range at 100 k partitions,
+# docs/benchmarks.md, issue 23, branch `rsscap`). kafka.properties override it.
+READ_AHEAD = {"queued.min.messages": str(2 * ARROW_BATCH_ROWS)}
 # How long Kafka may not answer before the job stops (kafka.outage_timeout_s).
 DEFAULT_OUTAGE_S = 300.0
 
@@ -138,7 +146,16 @@ def packed_batches(pack: Optional[dict], batches: Iterator, clock: Optional[int]
     if pack is None:
         return batches
     packer = Packer(pack["labels"], pack["max_future_ms"])
-    return fewer_gc_passes_while(pack_batch(packer, b, clock) for b in batches if b.num_rows)
+    return _given_back_after(
+        fewer_gc_passes_while(pack_batch(packer, b, clock) for b in batches if b.num_rows))
+
+
+def _given_back_after(batches: Iterator) -> Iterator:
+    """The batches, then what the read task freed goes back to the system
+    (trim.py), as after a packing stage's task: the Python worker that ran
+    it lives on, holding it until its next task."""
+    yield from batches
+    trim.give_back()
 
 
 class EndOfRunRow(InputPartition):
@@ -315,7 +332,8 @@ def read_range(r: KafkaRange) -> Iterator:
     from isr.kafka.client import consumer
 
     # "error": an offset that is gone must be said, never skipped by a reset.
-    c = consumer(r.conf, **{"enable.partition.eof": True, "auto.offset.reset": "error"})
+    c = consumer({**READ_AHEAD, **r.conf},
+                 **{"enable.partition.eof": True, "auto.offset.reset": "error"})
     columns: dict[str, list] = {n: [] for n in ("key", "value", "offset", "timestamp")}
 
     def flush():
