@@ -489,29 +489,38 @@ class Metrics(Sink):
 
     def _state(self, s: dict, now: float, moves: dict) -> None:
         key = (s["cluster"], s["policy"], s["topic"], s["partition"])
-        self._count(key, _flags(s), moves)
+        flags = _flags(s)
+        if self._partitions.get(key) != flags:  # (most states move no count)
+            self._count(key, flags, moves)
         self._seen[key] = now
-        if not self.settings.per_partition or not self._wanted(s["topic"]):
+        settings = self.settings
+        if not settings.per_partition or (self._topic_patterns and not self._wanted(s["topic"])):
             return
         isr, ts = s["isr"], s["ts"]
         values = (len(isr), len(s["replicas"]), s["leader"], s["min_insync_replicas"],
                   int(s["under_replicated"]), int(s["under_min_isr"]), int(s["at_min_isr"]),
                   s["hw"], s["leader_leo"], ts / 1000)
         followers = ()
-        if self.settings.per_follower:
+        if settings.per_follower:
             # Only the followers in this state keep series: a replica reassigned
             # away, or now the leader, loses its own at once. A lag or time since
             # caught up this state does not have keeps its last value.
-            before = {f[0]: f for f in self.series.followers(key)}
-            followers = tuple(
-                (f["replica"],
-                 f["lag_ms"] / 1000 if f["lag_ms"] is not None
-                 else before.get(f["replica"], _NEVER)[1],
-                 max(0, ts - f["last_caught_up_ts"]) / 1000 if f["last_caught_up_ts"] > 0
-                 else before.get(f["replica"], _NEVER)[2],
+            followers = tuple([
+                (f["replica"], f["lag_ms"] / 1000, max(0, ts - f["last_caught_up_ts"]) / 1000,
                  int(f["in_isr"]))
-                for f in s["followers"])
+                if f["lag_ms"] is not None and f["last_caught_up_ts"] > 0
+                else self._follower_kept(key, f, ts) for f in s["followers"]])
         self.series.put(key, values, followers)
+
+    def _follower_kept(self, key: tuple, f: dict, ts: int) -> tuple:
+        """A follower's values, the lag or time since caught up the state
+        lacks (never measured yet) kept from the partition's last state."""
+        before = next((b for b in self.series.followers(key) if b[0] == f["replica"]), _NEVER)
+        return (f["replica"],
+                f["lag_ms"] / 1000 if f["lag_ms"] is not None else before[1],
+                max(0, ts - f["last_caught_up_ts"]) / 1000 if f["last_caught_up_ts"] > 0
+                else before[2],
+                int(f["in_isr"]))
 
     def _count(self, key: tuple, flags: Optional[tuple[bool, ...]], moves: dict) -> None:
         """Move a partition's contribution to the cluster-level counts, in
