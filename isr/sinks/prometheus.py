@@ -527,12 +527,10 @@ class Metrics(Sink):
         `moves` ((cluster, policy) -> [a change per count..., whether a
         partition came or went]), which _move_counts applies after the batch:
         one Gauge child's `.inc` per count that moved in the batch instead of
-        six `.labels().inc()` per new partition (~3 CPU s at 100 k
-        partitions' first states, docs/benchmarks.md, branch `drivercost`)."""
+        six `.labels().inc()` per new partition (600 k of them for 100 k
+        partitions' first states; docs/benchmarks.md, branch `drivercost`)."""
         old = self._partitions.pop(key, None) if flags is None else self._partitions.get(key)
         if flags is not None:
-            if old == flags:
-                return  # (the common case: a state that moved no count)
             self._partitions[key] = flags
         move = moves.get(key[:2])
         if move is None:

@@ -62,7 +62,7 @@ class RunTally(Sink):
                     self.alerts.append(alert)
             elif r.kind == "dead_letter":
                 self.dead_letters[orjson.loads(r.value).get("reason_class", "other")] += 1
-            elif r.kind == "partition_state":  # (orjson: ~4x the json module's speed here)
+            elif r.kind == "partition_state":  # (orjson: half the tally's CPU at 100 k)
                 self._state(orjson.loads(r.value))
 
     def _state(self, s: dict) -> None:
