@@ -336,6 +336,52 @@ def test_the_switches_and_the_topic_filter_leave_out_those_series_from_the_scrap
         assert value(m, "isr_partitions", cluster="default", policy="kafka") == 2
 
 
+def test_the_cluster_counts_after_every_batch_are_those_of_the_partitions_latest_states():
+    """The counts per (cluster, policy) a scrape shows after each batch:
+    those of each live partition's latest state, every count shown (0
+    included) from a cluster's first state on, whatever moved in between:
+    partitions coming, going (TTL) and coming back, a partition's ISR
+    shrinking and growing back within one batch, two clusters."""
+    import random
+
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from isr.sinks.prometheus import COUNTS
+
+    rng = random.Random(23)
+    m = Metrics(MetricsSettings(series_ttl_s=3, refresh_interval_ms=1000))
+    latest: dict[tuple, tuple[dict, int]] = {}  # (cluster, partition) -> (state, batch)
+    seen_clusters: set[str] = set()
+    for batch in range(40):
+        states = []
+        for _ in range(rng.randrange(0, 12)):
+            cluster, p = rng.choice(["a", "b"]), rng.randrange(8)
+            s = {**state(p, batch, isr=rng.choice([(1, 2, 3), (1, 2), (1,), (2, 3)])),
+                 "cluster": cluster}
+            if rng.random() < 0.1:
+                s["leader"] = -1
+            states.append(s)  # (a partition twice in a batch: its last state counts)
+            latest[(cluster, p)] = (s, batch)
+            seen_clusters.add(cluster)
+        m.observe_records(feed(*states) if states else [], now=1e9 + batch)
+        live = [s for s, at in latest.values() if batch - at <= 3]
+        scraped = {(f.name, s.labels["cluster"]): s.value
+                   for f in text_string_to_metric_families(generate_latest(m.registry).decode())
+                   if f.name in COUNTS for s in f.samples}
+        for cluster in seen_clusters:
+            mine = [s for s in live if s["cluster"] == cluster]
+            want = {
+                "isr_partitions": len(mine),
+                "isr_under_replicated_partitions": sum(s["under_replicated"] for s in mine),
+                "isr_under_min_isr_partitions": sum(s["under_min_isr"] for s in mine),
+                "isr_at_min_isr_partitions": sum(s["at_min_isr"] for s in mine),
+                "isr_leader_only_partitions": sum(
+                    s["isr"] == [s["leader"]] for s in mine),
+                "isr_offline_partitions": sum(s["leader"] < 0 for s in mine)}
+            assert {n: scraped.get((n, cluster)) for n in COUNTS} == want, (batch, cluster)
+
+
 def test_a_scrape_during_batches_never_fails_and_never_shows_a_partition_half_written():
     """The endpoint's threads scrape while the batch's thread writes. Every
     generation g of these states sets HW g, LEO g + 1, ts T0 + g, lags g ms

@@ -294,6 +294,36 @@ def test_partition_state_is_throttled_but_membership_changes_and_the_end_of_run_
     assert of_kind(process(p, bucket, [end_of_run()]), "partition_state") == []  # nothing pending
 
 
+def test_a_partition_in_both_outputs_of_a_batch_shows_the_same_state_and_every_change():
+    """With every touched partition sent to both (no throttle, metrics
+    refresh 0), a batch's partition_state records and its partition_metrics
+    show each partition once, the same fields (made once for both), and
+    each batch's own: the leader's LEO, the HW and the follower's offset
+    the batch's events moved, the shrink and the expand."""
+    p = BucketProcessor(MONITOR, partition_metrics=True)
+    bucket = p.restore(None)
+    batches = [
+        [leader(0, replicas=[1, 2], isr=[1, 2]), leader(0, partition=1, replicas=[1, 2]),
+         append(1000, 10), fetch(1500, 2, 10, 10), append(3000, 20)],
+        [fetch(3500, 2, 20, 20), append(6000, 30), append(6000, 5, partition=1)],
+        [append(50000, 50)],                       # 0 shrinks at 45 s
+        [fetch(52000, 2, 50, 50), append(54000, 60), fetch(54500, 2, 5, 5, partition=1)],
+    ]
+    shown, offset = [], 0
+    for events in batches:
+        out = process(p, bucket, [pack(events, first_offset=offset)])
+        offset += len(events)
+        states = of_kind(out, "partition_state")
+        metrics = [s for r in out if r.kind == "partition_metrics" for s in json.loads(r.value)]
+        assert states == metrics
+        shown.append([(s["partition"], s["leader_leo"], s["hw"], s["isr"],
+                       [f["leo"] for f in s["followers"]]) for s in states])
+    assert shown == [[(0, 10, 10, [1, 2], [10]), (1, 0, 0, [1, 2], [-1])],
+                     [(0, 20, 20, [1, 2], [20])],                   # (wm 5 s)
+                     [(0, 30, 30, [1], [20]), (1, 5, 5, [1], [-1])],  # both shrink
+                     [(0, 50, 50, [1, 2], [50])]]                  # 0 expands
+
+
 def test_the_state_throttle_looks_only_at_the_partitions_changed_or_due():
     """output.state_interval_ms = 10 s, 200 partitions pending: a batch
     that changes 2 of them looks at those 2 only (not every pending one, as

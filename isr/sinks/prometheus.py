@@ -464,13 +464,14 @@ class Metrics(Sink):
         """One micro-batch's output records."""
         now = time.time() if now is None else now
         watermark = -1
+        moves: dict[tuple, list] = {}  # the cluster counts' changes (_count, _move_counts)
         for r in records:
             kind, value = r.kind, r.value
             if kind == WATERMARK:  # every bucket reports the same one
                 watermark = max(watermark, r.ts)
             elif kind == PARTITION_METRICS:  # every partition the batch touched
                 for state in orjson.loads(value):
-                    self._state(state, now)
+                    self._state(state, now, moves)
             elif kind == "isr_change":
                 d = orjson.loads(value)
                 counter = self.shrinks if d["action"] == "shrink" else self.expands
@@ -483,52 +484,78 @@ class Metrics(Sink):
                 self.dead_letters.labels(orjson.loads(value)["reason_class"]).inc()
         if watermark >= 0:
             self.watermark_delay.set(max(0.0, now - watermark / 1000))
-        self._expire(now)
+        self._expire(now, moves)
+        self._move_counts(moves)
 
-    def _state(self, s: dict, now: float) -> None:
+    def _state(self, s: dict, now: float, moves: dict) -> None:
         key = (s["cluster"], s["policy"], s["topic"], s["partition"])
-        self._count(key, _flags(s))
+        flags = _flags(s)
+        if self._partitions.get(key) != flags:  # (most states move no count)
+            self._count(key, flags, moves)
         self._seen[key] = now
-        if not self.settings.per_partition or not self._wanted(s["topic"]):
+        settings = self.settings
+        if not settings.per_partition or (self._topic_patterns and not self._wanted(s["topic"])):
             return
         isr, ts = s["isr"], s["ts"]
         values = (len(isr), len(s["replicas"]), s["leader"], s["min_insync_replicas"],
                   int(s["under_replicated"]), int(s["under_min_isr"]), int(s["at_min_isr"]),
                   s["hw"], s["leader_leo"], ts / 1000)
         followers: tuple = ()
-        if self.settings.per_follower:
+        if settings.per_follower:
             # Only the followers in this state keep series: a replica reassigned
             # away, or now the leader, loses its own at once. A lag or time since
             # caught up this state does not have keeps its last value.
-            before = {f[0]: f for f in self.series.followers(key)}
-            followers = tuple(
-                (f["replica"],
-                 f["lag_ms"] / 1000 if f["lag_ms"] is not None
-                 else before.get(f["replica"], _NEVER)[1],
-                 max(0, ts - f["last_caught_up_ts"]) / 1000 if f["last_caught_up_ts"] > 0
-                 else before.get(f["replica"], _NEVER)[2],
+            followers = tuple([
+                (f["replica"], f["lag_ms"] / 1000, max(0, ts - f["last_caught_up_ts"]) / 1000,
                  int(f["in_isr"]))
-                for f in s["followers"])
+                if f["lag_ms"] is not None and f["last_caught_up_ts"] > 0
+                else self._follower_kept(key, f, ts) for f in s["followers"]])
         self.series.put(key, values, followers)
 
-    def _count(self, key: tuple, flags: Optional[tuple[bool, ...]]) -> None:
-        """Move a partition's contribution to the cluster-level counts."""
+    def _follower_kept(self, key: tuple, f: dict, ts: int) -> tuple:
+        """A follower's values, the lag or time since caught up the state
+        lacks (never measured yet) kept from the partition's last state."""
+        before = next((b for b in self.series.followers(key) if b[0] == f["replica"]), _NEVER)
+        return (f["replica"],
+                f["lag_ms"] / 1000 if f["lag_ms"] is not None else before[1],
+                max(0, ts - f["last_caught_up_ts"]) / 1000 if f["last_caught_up_ts"] > 0
+                else before[2],
+                int(f["in_isr"]))
+
+    def _count(self, key: tuple, flags: Optional[tuple[bool, ...]], moves: dict) -> None:
+        """Move a partition's contribution to the cluster-level counts, in
+        `moves` ((cluster, policy) -> [a change per count..., whether a
+        partition came or went]), which _move_counts applies after the batch:
+        one Gauge child's `.inc` per count that moved in the batch instead of
+        six `.labels().inc()` per new partition (600 k of them for 100 k
+        partitions' first states; docs/benchmarks.md, branch `drivercost`)."""
         old = self._partitions.pop(key, None) if flags is None else self._partitions.get(key)
         if flags is not None:
             self._partitions[key] = flags
-        cluster, policy = key[0], key[1]
-        for name, (_doc, i) in COUNTS.items():
-            delta = (0 if flags is None else (1 if i is None else int(flags[i]))) - (
+        move = moves.get(key[:2])
+        if move is None:
+            move = moves[key[:2]] = [0] * (len(COUNTS) + 1)
+        if old is None:
+            move[-1] = 1  # each count's child exists (a 0 shown) from a first state on
+        for j, (_doc, i) in enumerate(COUNTS.values()):
+            move[j] += (0 if flags is None else (1 if i is None else int(flags[i]))) - (
                 0 if old is None else (1 if i is None else int(old[i])))
-            if delta or old is None:
-                self.counts[name].labels(cluster, policy).inc(delta)
 
-    def _expire(self, now: float) -> None:
+    def _move_counts(self, moves: dict) -> None:
+        """Apply a batch's changes to the counts (_count): every count of a
+        (cluster, policy) a partition came to or left, and every other that
+        moved."""
+        for (cluster, policy), move in moves.items():
+            for j, name in enumerate(COUNTS):
+                if move[j] or move[-1]:
+                    self.counts[name].labels(cluster, policy).inc(move[j])
+
+    def _expire(self, now: float, moves: dict) -> None:
         """Partitions without a state for series_ttl_s (deleted ones) go."""
         ttl = self.settings.series_ttl_s
         for key in [k for k, seen in self._seen.items() if now - seen > ttl]:
             self.series.drop(key)
-            self._count(key, None)
+            self._count(key, None, moves)
             del self._seen[key]
 
     def observe_delivery(self, counts, outbox_size: int) -> None:

@@ -227,6 +227,7 @@ class BucketProcessor:
             internal = [OutputRecord(WATERMARK, str(bucket_id), f"watermark/{bucket_id}", wm, "")]
             models_of = lambda key: self._models(engine, key)  # noqa: E731
             touched = bucket.touched.take_touched()
+            fields = _FieldsOnce()
             if self.partition_metrics and touched:
                 keys = bucket.touched.metrics_keys(
                     touched, lambda key: self._models(engine, key, False), wm,
@@ -234,9 +235,9 @@ class BucketProcessor:
                 if keys:
                     internal.append(OutputRecord(
                         PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
-                        orjson.dumps([m.state_fields() for key in keys
+                        orjson.dumps([fields(m) for key in keys
                                       for m in models_of(key)]).decode()))
-            states = [m.state_fields() for m in bucket.touched.due(
+            states = [fields(m) for m in bucket.touched.due(
                 lambda key: self._models(engine, key, False), wm, flush, engine.current)]
             return self._emit(engine, states, dead, internal)
         finally:
@@ -277,6 +278,21 @@ class BucketProcessor:
         out.extend(state_record(s, several) for s in states)
         out.extend(to_record(d) for d in dead)
         return out
+
+
+class _FieldsOnce(dict):
+    """A batch's models' state_fields, each made once: a model the metrics
+    show is often a throttled state of the same batch too (every partition
+    whose interval ends, ~125 k of 490 k at 100 k partitions,
+    docs/benchmarks.md, branch `metricscost`), at the same watermark and
+    caught up by the first view (engine.current), so both outputs show the
+    same fields. Keyed by the model's id: every model outlives the batch."""
+
+    def __call__(self, model) -> dict:
+        fields = self.get(id(model))
+        if fields is None:
+            fields = self[id(model)] = model.state_fields()
+        return fields
 
 
 def _split_plain(table, watermark: int):

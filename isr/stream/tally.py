@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import orjson
+
 from isr.contract.decisions import Alert, IsrChange
 from isr.contract.records import OutputRecord
 from isr.engine.summary import summarize
@@ -59,9 +61,9 @@ class RunTally(Sink):
                 if not alert.is_repeat:
                     self.alerts.append(alert)
             elif r.kind == "dead_letter":
-                self.dead_letters[json.loads(r.value).get("reason_class", "other")] += 1
-            elif r.kind == "partition_state":
-                self._state(json.loads(r.value))
+                self.dead_letters[orjson.loads(r.value).get("reason_class", "other")] += 1
+            elif r.kind == "partition_state":  # (orjson: half the tally's CPU at 100 k)
+                self._state(orjson.loads(r.value))
 
     def _state(self, s: dict) -> None:
         policy, ts = s["policy"], s["ts"]
