@@ -55,11 +55,8 @@ def snapshot(engine: LocalEngine, with_queue: bool = True) -> bytes:
     seq = engine.sequencer
     queued = [[ts, s, _raw(ev).decode(), _jsonable(origin)]
               for ts, s, ev, origin in seq.queued] if with_queue else []
-    return orjson.dumps({
-        "v": VERSION,
-        "policies": engine.policies,
-        "partitions": {p: [m.to_list() for m in parts.values()]
-                       for p, parts in engine.partitions.items()},
+    return _with_partitions({"v": VERSION, "policies": engine.policies},
+                            {p: parts.values() for p, parts in engine.partitions.items()}, {
         "brokers": {c: b.to_list() for c, b in engine.brokers.items()},
         "sequencer": [seq.max_ts, queued, seq.external_watermark],
         "max_ts": engine.max_ts,
@@ -67,6 +64,37 @@ def snapshot(engine: LocalEngine, with_queue: bool = True) -> bytes:
         "listeners": {l.name: l.to_state() for l in engine.listeners if l.name},
         "sessions": engine.session_driver.to_list(),
     })
+
+
+# Models per piece of a snapshot's or delta's "partitions" (_with_partitions).
+ROWS_PER_PIECE = 2048
+
+
+def _with_partitions(head: dict, models: dict, tail: dict) -> bytes:
+    """orjson.dumps({**head, "partitions": {policy: [m.to_list() for m in
+    models[policy]]}, **tail}), byte for byte, without every model's row
+    as a Python list at once: at 50,000 partitions a bucket's rows as lists
+    took ~90 MB for a 31 MB snapshot, the largest transient of a bucket call
+    (docs/benchmarks.md, issue 23, branch `enginerss`). The rows are written
+    ROWS_PER_PIECE at a time and the pieces joined once (each join or
+    concatenation of the whole would be one more copy of it). orjson writes
+    a dict as its members in order and a list as its elements,
+    comma-separated, without spaces."""
+    pieces = [orjson.dumps(head)[:-1], b',"partitions":{']
+    for i, (policy, ms) in enumerate(models.items()):
+        pieces += [b',' if i else b'', orjson.dumps(policy), b':[']
+        rows: list = []
+        first = True
+        for m in ms:
+            rows.append(m.to_list())
+            if len(rows) == ROWS_PER_PIECE:
+                pieces += [b'' if first else b',', orjson.dumps(rows)[1:-1]]
+                rows, first = [], False
+        if rows:
+            pieces += [b'' if first else b',', orjson.dumps(rows)[1:-1]]
+        pieces.append(b']')
+    pieces += [b'},', orjson.dumps(tail)[1:]]
+    return b"".join(pieces)
 
 
 def queued_raw(engine: LocalEngine) -> list[tuple]:
@@ -137,12 +165,10 @@ def delta(engine: LocalEngine) -> bytes:
     sessions = engine.session_driver
     models: dict[str, list] = {}
     for m in engine.take_dirty():
-        models.setdefault(m.rules.policy, []).append(m.to_list())
+        models.setdefault(m.rules.policy, []).append(m)
     s = sessions.sessions
     whole, patches = sessions.take_changes()
-    return orjson.dumps({
-        "v": VERSION,
-        "partitions": models,
+    return _with_partitions({"v": VERSION}, models, {
         "brokers": {c: b.to_list() for c, b in engine.brokers.items()},
         "sequencer": [seq.max_ts, seq.external_watermark],
         "max_ts": engine.max_ts,

@@ -165,14 +165,16 @@ def _connect(layout: tuple[int, int]) -> socket.socket:
 
 
 # ------------------------------------------------------------------ the engine process
-def _handle(request) -> tuple:
+def _handle(request: list) -> tuple:
+    """The call of `request` (emptied: the caller keeps none of it)."""
     from isr.stream import operator
 
     settings_json, layout, query, blob, packs, summaries = request
+    request.clear()
     processor = operator._processor(settings_json)
     try:
-        rows, row = operator._call_rows(processor, tuple(layout), blob, packs, summaries,
-                                        tuple(query))
+        rows, row = operator._call_rows(processor, tuple(layout), blob, _handed_over(packs),
+                                        summaries, tuple(query))
         return ("ok", [tuple(r) for r in rows], row)
     except Exception as exc:  # noqa: BLE001 - handed to the worker, raised there
         text = traceback.format_exc()
@@ -181,6 +183,18 @@ def _handle(request) -> tuple:
             return ("err", exc, text)
         except Exception:  # noqa: BLE001 - an exception that does not pickle
             return ("err", None, text)
+
+
+def _handed_over(packs: list):
+    """The batch's packs, each let go of as the call reads it: the table the
+    call makes of them (operator._call_rows, packing.unpack) is all that
+    holds them then, and it is gone once the records are applied, before
+    the bucket is saved and the reply made, a call's fullest moments (a
+    bucket's packs at 100 k partitions: 30-40 MB; docs/benchmarks.md,
+    issue 23, branch `enginerss`)."""
+    packs.reverse()
+    while packs:
+        yield packs.pop()
 
 
 def _sweep(directory: str) -> None:
@@ -241,9 +255,11 @@ def serve(path: str, owner: int) -> None:
                 request = _recv(conn)
                 if request == "stop":
                     leave()
-                reply = _handle(request)
                 # The batch (its packs, the old row) is not kept while the
-                # reply is pickled, nor until the next call's arrives.
+                # call runs (_handle empties it), the reply is pickled, nor
+                # until the next call's arrives.
+                request = list(request)  # the received tuple let go of
+                reply = _handle(request)
                 del request
                 _send(conn, reply)
                 del reply
