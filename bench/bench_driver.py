@@ -25,15 +25,14 @@ numbers.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from treeruns import interleaved, parser  # bench/ is on sys.path: the scripts run from it
 
 STEPS = ("collect", "kafka", "metrics", "tally")
 
@@ -171,13 +170,8 @@ def _timed(write_batch, cpu: dict, step: str):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dump")
-    ap.add_argument("trees", nargs="*", help="NAME=PATH, one per tree")
-    ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap = parser(__doc__)
     ap.add_argument("--check", action="store_true")
-    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one(args), default=str))
@@ -185,20 +179,13 @@ def main() -> None:
     trees = [t.split("=", 1) for t in args.trees]
     flags = [f"--set={s}" for s in args.set] + ["--check"] * args.check
     results: dict[str, list] = {}
-    for r in range(args.rounds):
-        for name, path in (trees if r % 2 == 0 else trees[::-1]):
-            done = subprocess.run([sys.executable, str(Path(__file__).resolve()), args.dump,
-                                   "--one", *flags], cwd="/", capture_output=True, text=True,
-                                  env=dict(os.environ, PYTHONPATH=str(Path(path).resolve())))
-            if done.returncode != 0:
-                sys.exit(f"bench_driver: {name} failed: {done.stderr[-3000:]}")
-            res = json.loads(done.stdout.splitlines()[-1])
-            results.setdefault(name, []).append(res)
-            c = res["cpu"]
-            print(f"round {r} {name}: " + ", ".join(f"{s} {c[s]:.3f}" for s in STEPS)
-                  + f", all {res['total']:.3f} CPU s"
-                  + (f"; md5 kafka {res['kafka_md5'][:12]} scrapes {res['scrapes_md5'][:12]} "
-                     f"tally {res['tally_md5'][:12]}" if args.check else ""), flush=True)
+    for r, name, res in interleaved(__file__, args.dump, trees, args.rounds, flags):
+        results.setdefault(name, []).append(res)
+        c = res["cpu"]
+        print(f"round {r} {name}: " + ", ".join(f"{s} {c[s]:.3f}" for s in STEPS)
+              + f", all {res['total']:.3f} CPU s"
+              + (f"; md5 kafka {res['kafka_md5'][:12]} scrapes {res['scrapes_md5'][:12]} "
+                 f"tally {res['tally_md5'][:12]}" if args.check else ""), flush=True)
     for name, runs in results.items():
         print(f"{name}: " + ", ".join(
             f"{s} {min(r['cpu'][s] for r in runs):.3f}" for s in STEPS)

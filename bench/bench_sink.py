@@ -26,16 +26,14 @@ order, HELP and TYPE included), and one of the text as served; per batch in
 
 from __future__ import annotations
 
-import argparse
 import gc
 import hashlib
 import json
-import os
 import resource
-import subprocess
 import sys
 import time
-from pathlib import Path
+
+from treeruns import interleaved, parser  # bench/ is on sys.path: the scripts run from it
 
 
 def rss_mb() -> float:
@@ -186,11 +184,7 @@ def one(args) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dump")
-    ap.add_argument("trees", nargs="*", help="NAME=PATH, one per tree")
-    ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap = parser(__doc__)
     ap.add_argument("--exposition", action="store_true")
     ap.add_argument("--tracemalloc", action="store_true")
     ap.add_argument("--scrape", default="generate_latest",
@@ -199,7 +193,6 @@ def main() -> None:
                     "before), or a GET through the endpoint's WSGI app (endpoint()) in that "
                     "variant, bytes as served")
     ap.add_argument("--out", help="write every run's result here (JSON lines)")
-    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one(args)))
@@ -208,26 +201,19 @@ def main() -> None:
     flags = [f"--set={s}" for s in args.set] + ["--exposition"] * args.exposition \
         + ["--tracemalloc"] * args.tracemalloc + [f"--scrape={args.scrape}"]
     results = []
-    for r in range(args.rounds):
-        for name, path in (trees if r % 2 == 0 else trees[::-1]):
-            done = subprocess.run([sys.executable, str(Path(__file__).resolve()), args.dump,
-                                   "--one", *flags], cwd="/", capture_output=True, text=True,
-                                  env=dict(os.environ, PYTHONPATH=str(Path(path).resolve())))
-            if done.returncode != 0:
-                sys.exit(f"bench_sink: {name} failed: {done.stderr[-2000:]}")
-            res = json.loads(done.stdout.splitlines()[-1])
-            res.update(tree=name, round=r)
-            results.append(res)
-            print(f"round {r} {name}: first batch {res['first_cpu_s']:.2f} CPU s, later "
-                  f"{res['later_cpu_s']:.2f} ({res['batches'] - res['first'] - 1} batches); RSS "
-                  f"{res['rss_before_mb']:.0f} -> {res['rss_after_first_mb']:.0f} MB after the "
-                  f"first"
-                  + (f", traced {res['traced_after_first_mb']:.1f} MB" if args.tracemalloc
-                     else "")
-                  + f"; scrape {res['scrape_cpu_s']:.2f} CPU s / {res['scrape_wall_s']:.2f} s "
-                  f"wall, {res['scrape_bytes']:,} bytes, {res['scrape_lines']:,} lines, "
-                  f"peak RSS {res['peak_rss_mb']:.0f} MB, sorted md5 "
-                  f"{res['scrape_sorted_md5'][:12]}", flush=True)
+    for r, name, res in interleaved(__file__, args.dump, trees, args.rounds, flags):
+        res.update(tree=name, round=r)
+        results.append(res)
+        print(f"round {r} {name}: first batch {res['first_cpu_s']:.2f} CPU s, later "
+              f"{res['later_cpu_s']:.2f} ({res['batches'] - res['first'] - 1} batches); RSS "
+              f"{res['rss_before_mb']:.0f} -> {res['rss_after_first_mb']:.0f} MB after the "
+              f"first"
+              + (f", traced {res['traced_after_first_mb']:.1f} MB" if args.tracemalloc
+                 else "")
+              + f"; scrape {res['scrape_cpu_s']:.2f} CPU s / {res['scrape_wall_s']:.2f} s "
+              f"wall, {res['scrape_bytes']:,} bytes, {res['scrape_lines']:,} lines, "
+              f"peak RSS {res['peak_rss_mb']:.0f} MB, sorted md5 "
+              f"{res['scrape_sorted_md5'][:12]}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             for res in results:
