@@ -132,3 +132,40 @@ def test_a_sasl_listener_is_added_only_when_users_are_given():
     assert (19257, "broker-2's SASL listener") in conf.ports()
     plain = kc.ClusterConfig(dir=Path("/x"), port_base=19250)
     assert "SASL" not in kc.server_properties(plain, 2, Path("/x/broker-2"))
+
+
+@pytest.mark.parametrize("jmx_exporter", [True, False])
+def test_no_node_is_asked_to_write_the_class_archive_with_a_java_agent(
+        tmp_path, monkeypatch, jmx_exporter):
+    """A JVM started with -XX:ArchiveClassesAtExit and a -javaagent refuses to
+    start (Java 17), so on a machine without the nodes' archive yet the
+    brokers, which run the JMX exporter's agent, died at their first start.
+    Exactly one node writes it, and never one with the agent."""
+    from isr import jvmarchive
+
+    monkeypatch.setenv("ISR_KAFKA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(jvmarchive.SWITCH, raising=False)
+    libs = tmp_path / "libs"
+    (libs / "agent").mkdir(parents=True)
+    (libs / "agent" / f"{jars.JMX_AGENT}-1.0.jar").write_bytes(b"")
+    commands: dict = {}
+
+    class Started:
+        pid = 4242
+
+    def popen(cmd, **_kw):
+        commands[cmd[-1]] = cmd
+        return Started()
+
+    monkeypatch.setattr(kc.subprocess, "Popen", popen)
+    cluster = kc.KafkaCluster(kc.ClusterConfig(dir=tmp_path / "cluster",
+                                               jmx_exporter=jmx_exporter))
+    cluster.libs = libs
+    for node in cluster.nodes:
+        (cluster.node_dir(node) / "logs").mkdir(parents=True)
+        cluster.start_node(node, java=sys.executable)  # any real file: the key stats it
+    writers = [c for c in commands.values() if any(a.startswith(jvmarchive.WRITE) for a in c)]
+    assert len(writers) == 1
+    assert not any(a.startswith("-javaagent:") for a in writers[0]), writers[0]
+    agents = sum(any(a.startswith("-javaagent:") for a in c) for c in commands.values())
+    assert agents == (3 if jmx_exporter else 0)

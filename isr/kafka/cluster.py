@@ -447,6 +447,15 @@ class KafkaCluster:
                 cmd.append("-Disr.request.log.level=INFO")
         return cmd + [main]
 
+    def _archive_writer(self) -> int:
+        """The node whose clean exit writes the class archive: a broker (it
+        loads the most classes), unless the brokers run the JMX exporter's
+        Java agent: a JVM asked to write an archive with an agent refuses to
+        start (Java 17: "Must enable AllowArchivingWithJavaAgent", a
+        diagnostic flag whose archives then need it at every use), so the
+        controller, which runs none, writes it."""
+        return CONTROLLER_ID if self.conf.jmx_exporter else ARCHIVE_WRITER
+
     def start_node(self, node: int, java: Optional[str] = None) -> None:
         if self.pid(node) is not None:
             return
@@ -456,7 +465,8 @@ class KafkaCluster:
         heap = self.conf.controller_heap if node == CONTROLLER_ID else self.conf.broker_heap
         cmd = self._java(java, "kafka.Kafka", heap=heap, node_dir=d)
         archive = class_archive(java)
-        if node == ARCHIVE_WRITER and jvmarchive.enabled() and jvmarchive.find(archive) is None:
+        if (node == self._archive_writer() and jvmarchive.enabled()
+                and jvmarchive.find(archive) is None):
             cmd[1:1] = [f"{jvmarchive.WRITE}{jvmarchive.partial(archive)}", jvmarchive.QUIET]
         if node != CONTROLLER_ID and self.conf.jmx_exporter:
             agent = next((self.libs / "agent").glob(f"{JMX_AGENT}-*.jar"))
