@@ -80,6 +80,18 @@ def find(archive_stem: Path) -> Optional[Path]:
     return None
 
 
+def options(archive_stem: Path, write: bool = False) -> list[str]:
+    """A JVM's options for the archive of `archive_stem`: map the kept one;
+    else, if `write`, write one at its exit (to a partial name, for keep);
+    else none. None either with ISR_CLASS_ARCHIVE=0."""
+    if not enabled():
+        return []
+    kept = find(archive_stem)
+    if kept is not None:
+        return [f"{USE}{kept}", QUIET]
+    return [f"{WRITE}{partial(archive_stem)}", QUIET] if write else []
+
+
 def partial(archive_stem: Path) -> Path:
     """A name for a JVM to write to; it holds this process's pid (abandoned())."""
     return archive_stem.with_name(f"{archive_stem.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}"

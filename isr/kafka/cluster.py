@@ -432,11 +432,11 @@ class KafkaCluster:
         (self.conf.dir / "cluster.id").write_text(cluster_id + "\n")
 
     def _java(self, java: str, main: str, tool: bool = False, heap: str = "-Xmx256m",
-              node_dir: Optional[Path] = None) -> list[str]:
+              node_dir: Optional[Path] = None, write_archive: bool = False) -> list[str]:
+        """A node's or tool's command: it maps the class archive, or, with
+        `write_archive` and none kept yet, writes it at its exit."""
         cmd = [java, *heap.split(), *JVM_FLAGS, "-cp", f"{self.libs}/*"]
-        archive = jvmarchive.find(class_archive(java)) if jvmarchive.enabled() else None
-        if archive is not None:
-            cmd[1:1] = [f"{jvmarchive.USE}{archive}", jvmarchive.QUIET]
+        cmd[1:1] = jvmarchive.options(class_archive(java), write_archive)
         if tool:
             cmd += [f"-Dlog4j2.configurationFile={TOOLS_LOG4J2}"]
         else:
@@ -463,11 +463,8 @@ class KafkaCluster:
         self.libs = self.libs or resolve_jars()
         d = self.node_dir(node)
         heap = self.conf.controller_heap if node == CONTROLLER_ID else self.conf.broker_heap
-        cmd = self._java(java, "kafka.Kafka", heap=heap, node_dir=d)
-        archive = class_archive(java)
-        if (node == self._archive_writer() and jvmarchive.enabled()
-                and jvmarchive.find(archive) is None):
-            cmd[1:1] = [f"{jvmarchive.WRITE}{jvmarchive.partial(archive)}", jvmarchive.QUIET]
+        cmd = self._java(java, "kafka.Kafka", heap=heap, node_dir=d,
+                         write_archive=node == self._archive_writer())
         if node != CONTROLLER_ID and self.conf.jmx_exporter:
             agent = next((self.libs / "agent").glob(f"{JMX_AGENT}-*.jar"))
             cmd.insert(1, f"-javaagent:{agent}=127.0.0.1:{self.conf.metrics_port(node)}:"

@@ -75,19 +75,23 @@ def driver_archive_options(jars: Sequence[str], chosen: Sequence[str],
         stem = driver_archive(jars)
         if stem is None:
             return []
-        kept = jvmarchive.find(stem)
-        if kept is not None:
-            return [f"{jvmarchive.USE}{kept}", jvmarchive.QUIET]
-        for left in jvmarchive.abandoned(stem.parent):
-            jvmarchive.drop(left)
-        if not write or any(stem.parent.glob(f"{stem.name}.*.partial")):
-            return []  # not ours to write, or another session writes it now
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        if not os.access(stem.parent, os.W_OK):
-            return []
-        return [f"{jvmarchive.WRITE}{jvmarchive.partial(stem)}", jvmarchive.QUIET]
+        return jvmarchive.options(stem, write and _may_write(stem))
     except (OSError, ImportError):  # no cache to write, no pyspark: start as before
         return []
+
+
+def _may_write(stem: Path) -> bool:
+    """Whether this session may write the archive of `stem` if none is kept:
+    no other live session writes it now (what dead ones left is removed),
+    and the cache can be written."""
+    from isr import jvmarchive
+
+    for left in jvmarchive.abandoned(stem.parent):
+        jvmarchive.drop(left)
+    if any(stem.parent.glob(f"{stem.name}.*.partial")):
+        return False  # another session writes it now
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    return os.access(stem.parent, os.W_OK)
 
 
 def keep_archive_at_exit(spark) -> None:
