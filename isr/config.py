@@ -380,9 +380,18 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = MetricsSettings()
 
 
+# Settings whose keys are another system's property names, dots and all
+# (librdkafka's, the Java client's, Spark's): in `--set
+# stream.spark_conf.spark.ui.enabled=false` what follows the map's name is
+# one key, and its value is the text given (these maps hold strings).
+PROPERTY_MAPS = frozenset({("kafka", "properties"), ("kafka", "java_properties"),
+                           ("stream", "spark_conf")})
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """`section.key=value` -> (["section", "key"], value). Values are TOML
-    literals (`10000`, `true`, `["a","b"]`); anything else is a string."""
+    literals (`10000`, `true`, `["a","b"]`); anything else is a string.
+    `section.map.some.property=value` names one key of a PROPERTY_MAPS map."""
     if "=" not in item:
         raise ConfigError(f"--set {item!r}: expected section.key=value")
     key, raw = item.split("=", 1)
@@ -393,10 +402,15 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         value = tomllib.loads(f"x = {raw}")["x"]
     except tomllib.TOMLDecodeError:
         value = raw
+    if tuple(path[:2]) in PROPERTY_MAPS and len(path) > 2:
+        path = [*path[:2], ".".join(path[2:]).strip('"')]  # TOML's quoted form too
+        value = value if isinstance(value, str) else raw.strip()
     return path, value
 
 
 def _nest(overrides: Iterable[str]) -> dict[str, Any]:
+    """The overrides as a settings tree; two that give a table (or keys) of
+    the same map add up, the later winning key by key, as over the file."""
     tree: dict[str, Any] = {}
     for item in overrides:
         path, value = parse_override(item)
@@ -405,6 +419,9 @@ def _nest(overrides: Iterable[str]) -> dict[str, Any]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: {part} is not a section")
+        before = node.get(path[-1])
+        if isinstance(before, dict) and isinstance(value, dict):
+            value = _merged(before, value)
         node[path[-1]] = value
     return tree
 

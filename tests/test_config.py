@@ -49,3 +49,20 @@ def test_state_store_provider_is_a_choice():
         assert STATE_STORE_PROVIDERS[chosen.stream.state_store].endswith("StateStoreProvider")
     with pytest.raises(ConfigError, match="stream.state_store"):
         load_settings(ROOT / "conf/isr.toml", ["stream.state_store=memory"])
+
+
+def test_a_property_map_key_is_set_with_its_dots_and_two_sets_add_up(tmp_path):
+    """Spark's and Kafka clients' property names hold dots: `--set
+    stream.spark_conf.spark.ui.enabled=false` sets that one key (its value
+    as text), and a second --set of the same map adds to it, as over the
+    file, instead of replacing what the first gave."""
+    conf = tmp_path / "isr.toml"
+    conf.write_text('[stream]\nspark_conf = { "spark.driver.memory" = "2g" }\n')
+    s = load_settings(conf, ["stream.spark_conf.spark.ui.enabled=false",
+                             'stream.spark_conf={"spark.sql.shuffle.partitions"="4"}',
+                             "kafka.properties.fetch.max.bytes=1048576",
+                             'kafka.java_properties."max.poll.records"=500'])
+    assert s.stream.spark_conf == {"spark.driver.memory": "2g", "spark.ui.enabled": "false",
+                                   "spark.sql.shuffle.partitions": "4"}
+    assert s.kafka.properties == {"fetch.max.bytes": "1048576"}
+    assert s.kafka.java_properties == {"max.poll.records": "500"}
