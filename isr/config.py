@@ -256,9 +256,10 @@ class OutputSettings(_Section):
     # State, alert and commit topics are created compacted.
     partitions: Annotated[int, Field(ge=-1, le=100_000)] = -1
     replication_factor: Annotated[int, Field(ge=-1, le=32767)] = -1
-    # At most one partition_state per partition per this much event time, but
-    # one at once when its ISR, leader, epoch or min-ISR status changed (0:
-    # one per changed partition per micro-batch).
+    # One partition_state per pending partition per this much event time (at
+    # the partition's own instant of it: throttle.phase_of), but one at once
+    # when its ISR, leader, epoch or min-ISR status changed (0: one per
+    # changed partition per micro-batch).
     state_interval_ms: Annotated[int, Field(ge=0)] = 10_000
     # More places for the output records: "module:Class" each, a class with
     # the methods of isr/sinks/base.py, built with the settings.

@@ -29,7 +29,7 @@ from isr.engine.local import LocalEngine
 from isr.engine.summary import model_stats
 from isr.pipeline.listeners import local_engine
 from isr.stream.operator import BucketProcessor, compress_state, decompress_state
-from isr.stream.throttle import StateThrottle
+from isr.stream.throttle import StateThrottle, next_instant, phase_of
 from isr.stream.packing import (END_OF_INPUT, END_OF_RUN, Packer, bucket_of, hold_of,
                                 session_home, session_shares, unpack)
 
@@ -265,16 +265,19 @@ def end_of_run():
 
 def test_partition_state_is_throttled_but_membership_changes_and_the_end_of_run_go_out():
     """output.state_interval_ms = 10 s: a partition's state goes out when first
-    seen, then at most once per 10 s of watermark, at once on an ISR change,
-    and every pending one on the run's last batch. The metrics' record has
-    every touched partition of every batch."""
+    seen, then at most once per 10 s of watermark, at its own instant of the
+    interval (14.409 s: phase_of), at once on an ISR change, and every
+    pending one on the run's last batch. The metrics' record has every
+    touched partition of every batch."""
     p = BucketProcessor(MONITOR, state_interval_ms=10_000, partition_metrics=True)
     bucket = p.restore(None)
     batches = [
         [leader(0, replicas=[1, 2], isr=[1, 2]), append(1000, 10), fetch(1500, 2, 10, 10),
          append(3000, 20)],                                   # wm 2 s: first seen
         [fetch(3500, 2, 20, 20), append(6000, 30)],          # wm 5 s: pending
-        [fetch(6500, 2, 30, 30), append(14000, 40)],         # wm 13 s: 10 s since 2 s
+        [fetch(6500, 2, 30, 30), append(13000, 40)],         # wm 12 s: 10 s since 2 s
+        [append(15000, 45)],                                 # wm 14 s: its instant not yet
+        [append(16000, 47)],                                 # wm 15 s: past 14.409 s
         [append(50000, 50)],                                 # wm 49 s: shrink at 45 s
         [append(52000, 60)],                                 # wm 51 s: pending
     ]
@@ -286,9 +289,9 @@ def test_partition_state_is_throttled_but_membership_changes_and_the_end_of_run_
         sent.append([(s["ts"] - T0, s["isr"]) for s in of_kind(out, "partition_state")])
         metrics.append([(s["ts"] - T0, s["isr"]) for r in out if r.kind == "partition_metrics"
                         for s in json.loads(r.value)])
-    assert sent == [[(1500, [1, 2])], [], [(6500, [1, 2])], [(45000, [1])], []]
-    assert metrics == [[(1500, [1, 2])], [(3500, [1, 2])], [(6500, [1, 2])], [(45000, [1])],
-                       [(50000, [1])]]
+    assert sent == [[(1500, [1, 2])], [], [], [], [(13000, [1, 2])], [(45000, [1])], []]
+    assert metrics == [[(1500, [1, 2])], [(3500, [1, 2])], [(6500, [1, 2])], [(13000, [1, 2])],
+                       [], [(45000, [1])], [(50000, [1])]]
     out = process(p, bucket, [end_of_run()])
     assert [(s["ts"] - T0, s["isr"]) for s in of_kind(out, "partition_state")] == [(50000, [1])]
     assert of_kind(process(p, bucket, [end_of_run()]), "partition_state") == []  # nothing pending
@@ -349,11 +352,90 @@ def test_the_state_throttle_looks_only_at_the_partitions_changed_or_due():
     assert set(looked) == {0, 1}
     assert batch([leader(6000, partition=7, leader_epoch=2)], 6000) == [7]  # at once
     assert set(looked) == {7}
-    assert batch([], 10999) == [] and looked == []
-    assert batch([], 11000) == [q for q in range(200) if q != 7]  # 10 s since first seen
-    assert batch([append(12000, 7, partition=7, leader_epoch=2)], 15000) == []
+    assert batch([append(7000, 7, partition=7, leader_epoch=2)], 10999) == []
     assert set(looked) == {7}
-    assert batch([], 16000) == [7] and set(looked) == {7}  # 10 s since the leader change
+    # From 11 s (10 s after first seen; 16 s for 7, its leader change) each
+    # goes out in the batch that reaches its own instant (phase_of), a batch
+    # looking at those only.
+    sent: dict = {}
+    for watermark in range(11000, 27000, 500):
+        out = batch([], watermark)
+        assert set(looked) == set(out)
+        for q in out:
+            sent.setdefault(q, []).append(watermark)
+    instant = {q: next_instant(T0 + (6000 if q == 7 else 1000) + 10_000,
+                               phase_of(("default", "orders", q), 10_000), 10_000) - T0
+               for q in range(200)}
+    assert sent == {q: [-(-instant[q] // 500) * 500] for q in range(200)}
+
+
+def _throttled(step: int, restore_every: int = 0, parts: int = 60, until: int = 61_000) -> dict:
+    """output.state_interval_ms = 10 s over `parts` partitions first seen
+    together (at 1 s), each fetched in every batch (pending all the time),
+    partition 3's leader changing at 17.5 s; batches `step` ms of watermark
+    apart, the throttle saved and restored every `restore_every` batches.
+    Per partition, the watermarks of the batches its records went out in."""
+    throttle = StateThrottle(10_000)
+    engine = LocalEngine(MonitorSettings(), listeners=[throttle])
+
+    def models_of(key):
+        return [parts_[key] for parts_ in engine.partitions.values() if key in parts_]
+
+    sent: dict = {}
+    events = [leader(0, partition=q) for q in range(parts)]
+    watermark, changed, batches = 1000, False, 0
+    while watermark <= until:
+        throttle.begin(T0 + watermark - step)
+        engine.apply_in_order(events)
+        throttle.take_touched()
+        for m in throttle.due(models_of, T0 + watermark):
+            sent.setdefault(m.partition, []).append(watermark)
+        batches += 1
+        if restore_every and batches % restore_every == 0:
+            throttle.from_state(json.loads(json.dumps(throttle.to_state())))
+        watermark += step
+        events = []
+        if watermark >= 17_500 and not changed:
+            events, changed = [leader(17_500, partition=3, leader_epoch=2)], True
+        events += [fetch(watermark, r, 0, 0, partition=q, leader_epoch=2 if changed and q == 3
+                         else 1) for q in range(parts) for r in (2, 3)]
+    return sent
+
+
+def test_partition_states_due_together_are_spread_over_the_interval_one_per_interval_each():
+    """Partitions first seen together (a job's start): their later records
+    go out spread over the batches of an interval, each partition's in the
+    batch that reaches its own instant (phase_of), not all in one batch
+    every 10 s (issue 23, branch statespread). A partition that stays
+    pending gets one record per interval, never two less than an interval
+    apart (the batches 1 s apart: a whole number of them per interval); a
+    leader change goes out at once; and the instants are the same whatever
+    the batch sizes and across restores."""
+    sent = _throttled(1000)
+    assert all(sent[q][0] == 1000 for q in range(60))  # first seen
+    assert sent[3][1] == 18_000  # the leader change (17.5 s), at once
+    # The next records (at the instants from 11 s to 21 s, 10 s after first
+    # seen): spread over the batches.
+    per_batch = Counter(at for q in range(60) if q != 3 for at in sent[q]
+                        if 11_000 <= at <= 21_000)
+    assert sum(per_batch.values()) == 59 and len(per_batch) >= 9
+    assert max(per_batch.values()) <= 12  # not 59 in one batch
+    for q in range(60):
+        on_time = sent[q][1:] if q != 3 else sent[q][2:]
+        after = 1000 if q != 3 else 18_000
+        assert 10_000 <= on_time[0] - after < 21_000  # one to two intervals after
+        assert [b - a for a, b in zip(on_time, on_time[1:])] == [10_000] * (len(on_time) - 1)
+    # Whatever the batch sizes (and across restores) a partition's records go
+    # out at the same instants: each in the first batch that reaches it.
+    def instants(sent):  # (those every run's last batch reached)
+        return {q: [instant for at in ats[1:] if (instant := at - (
+            T0 + at + phase_of(("default", "orders", q), 10_000)) % 10_000) < 57_000]
+            for q, ats in sent.items() if q != 3}
+    expected = instants(sent)
+    for step in (700, 2500, 4000):
+        assert instants(_throttled(step)) == expected, step
+    assert _throttled(2500, restore_every=1) == _throttled(2500)
+    assert _throttled(1000, restore_every=3) == sent
 
 
 def test_touched_partitions_are_those_with_an_event_or_a_change():

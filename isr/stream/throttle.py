@@ -3,13 +3,22 @@
 
 A partition is *pending* from the first change to its model after its last
 record (an event applied, an ISR change). A pending partition's record goes
-out at once when its ISR, leader, leader epoch or min-ISR status differ from
-its last record's; otherwise once `interval_ms` of event time (the bucket's
-watermark) has passed since its last record. So the compacted state topic
-never trails a partition's membership, and at 100 k busy partitions it gets
-one record per partition per interval instead of one per batch. A bounded
-input ends with every partition's state (the operator's end of input), and
-`flush` sends every pending one (the last batch of `--available-now`).
+out at once when it is first seen or its ISR, leader, leader epoch or
+min-ISR status differ from its last record's; otherwise when the bucket's
+watermark reaches the partition's own instant in the interval (its phase, a
+crc32 of its key: `phase_of`, the rule the metrics' refreshes follow too) at
+or after `interval_ms` since its last record. A record sent on time counts
+from that instant, not from the batch's watermark (which is past it), so a
+partition that stays pending gets one record per interval, each in the batch
+that reaches its next instant; one sent at once counts from the batch's
+watermark (the next one between one and two intervals later). So the
+compacted state topic never trails a partition's membership, at 100 k busy
+partitions it gets one record per partition per interval instead of one per
+batch, and a cluster whose partitions were all first seen together (a
+job's start) sends them spread over the batches of an interval, not all in
+one batch every interval (issue 23, branch `statespread`). A bounded input
+ends with every partition's state (the operator's end of input), and `flush`
+sends every pending one (the last batch of `--available-now`).
 
 The metrics are fed apart from this (operator.py, `metrics_keys`), never
 from the throttled records: every touched partition whose membership or
@@ -49,6 +58,20 @@ from isr.engine.listeners import Listener
 from isr.model.health import isr_health
 
 NEVER = -(2**63)  # the index's watermark for a partition never sent under one of its policies
+
+
+def phase_of(key: tuple, interval_ms: int) -> int:
+    """A partition's phase in an interval: a crc32 of its key (cluster,
+    topic, partition), the same in every worker, after a restart and
+    whatever the micro-batches. The partition's instants are the watermarks
+    t with (t + phase) % interval_ms == 0: one per interval, the partitions
+    of a bucket spread evenly over it."""
+    return zlib.crc32(repr(key).encode()) % interval_ms
+
+
+def next_instant(at: int, phase: int, interval_ms: int) -> int:
+    """The first of a partition's instants (phase_of) at or after `at`."""
+    return at + (-(at + phase)) % interval_ms
 
 
 def membership(model) -> list:
@@ -101,7 +124,9 @@ class StateThrottle(Listener):
         self.metrics_interval_ms = metrics_interval_ms
         self.pending: set[tuple] = set()  # (cluster, topic, partition)
         self.touched: set[tuple] = set()  # changed in this batch (for the metrics)
-        # (policy, cluster, topic, partition) -> [watermark when sent, membership]
+        # (policy, cluster, topic, partition) -> [the watermark its interval
+        # counts from (that of its last record's batch; for a record sent on
+        # time, the partition's instant it went out at: `_due`), membership]
         self.sent: dict[tuple, list] = {}
         self.sent_changed: set[tuple] = set()  # keys of `sent` since the last state_delta
         # The batch's first watermark (begin): a fetch before it is an earlier
@@ -294,22 +319,21 @@ class StateThrottle(Listener):
         self._phased = [key for _phase, key in pairs]
 
     def _phase_of(self, key: tuple) -> int:
-        """A partition's refresh phase: a crc32 of its key, the same in every worker."""
+        """A partition's refresh phase (phase_of in metrics_interval_ms)."""
         phase = self._phase.get(key)
         if phase is None:
-            phase = zlib.crc32(repr(key).encode()) % self.metrics_interval_ms
+            phase = phase_of(key, self.metrics_interval_ms)
         return phase
 
     def refresh_due(self, key: tuple, began: int, now: int) -> bool:
         """Whether a quiet partition's state is due at the metrics: once per
         `metrics_interval_ms` of watermark, when the watermark passes (from `began`
-        to `now`) the partition's own instant in the interval (its phase, a
-        crc32 of its key: the same in every worker), so the quiet partitions
-        of a bucket are spread over the batches of an interval."""
+        to `now`) the partition's own instant in the interval (phase_of),
+        so the quiet partitions of a bucket are spread over the batches of
+        an interval."""
         if now <= began:
             return False
-        interval, phase = self.metrics_interval_ms, self._phase_of(key)
-        return (now + phase) // interval > (began + phase) // interval
+        return next_instant(began + 1, self._phase_of(key), self.metrics_interval_ms) <= now
 
     def due(self, models_of, now: int, flush: bool = False, current=None) -> list:
         """The models whose partition_state goes out now (`models_of(key)`:
@@ -333,18 +357,22 @@ class StateThrottle(Listener):
             due.update((self.changed | self.touched) & self.pending)
             keys = sorted(due)
         out: list = []
-        pending, due_at = self.pending, self._due_at
+        pending, due_at, interval = self.pending, self._due_at, self.interval_ms
         for key in keys:
             models = list(models_of(key))
             latest = {(m.rules.policy, *key): membership(m) for m in models}
-            if flush or self.interval_ms <= 0 or any(
-                    self._due(k, members, now) for k, members in latest.items()):
-                pending.discard(key)
-                due_at.pop(key, None)
-                for k, members in latest.items():
-                    self.sent[k] = [now, members]
-                    self.sent_changed.add(k)
-                out.extend(models if current is None else map(current, models))
+            if flush or interval <= 0:
+                start = now
+            else:
+                start = self._due(key, latest, now)
+                if start is None:
+                    continue
+            pending.discard(key)
+            due_at.pop(key, None)
+            for k, members in latest.items():
+                self.sent[k] = [start, members]
+                self.sent_changed.add(k)
+            out.extend(models if current is None else map(current, models))
         if flush:
             self._clear_index()
         elif not self._indexed:  # every pending one was looked at: index those left
@@ -356,21 +384,26 @@ class StateThrottle(Listener):
 
     def _index_new(self, models_of) -> None:
         """Index the partitions pending since the last `due` at the watermark
-        their interval ends at: the earliest of their policies' last sends
-        plus `interval_ms`, NEVER if one of their models was never sent."""
+        their interval ends at (`_due`): their instant at or after the
+        earliest of their policies' last sends plus `interval_ms`, NEVER if
+        one of their models was never sent."""
         sent, interval, pending = self.sent, self.interval_ms, self.pending
         for key in self._unindexed:
             if key not in pending or key in self._due_at:
                 continue
-            at = None
+            start = None
             for m in models_of(key):
                 last = sent.get((m.rules.policy, *key))
                 if last is None:
-                    at = NEVER
+                    start = NEVER
                     break
-                if at is None or last[0] + interval < at:
-                    at = last[0] + interval
-            self._place(key, NEVER if at is None else at)
+                if start is None or last[0] < start:
+                    start = last[0]
+            if start is None or start == NEVER:
+                self._place(key, NEVER)
+            else:
+                self._place(key, next_instant(start + interval, phase_of(key, interval),
+                                              interval))
         self._unindexed = []
 
     def _place(self, key: tuple, at: int) -> None:
@@ -409,9 +442,32 @@ class StateThrottle(Listener):
         self._due_heap.clear()
         self._unindexed = []
 
-    def _due(self, key: tuple, members: list, now: int) -> bool:
-        last = self.sent.get(key)
-        return last is None or now >= last[0] + self.interval_ms or last[1] != members
+    def _due(self, key: tuple, latest: dict, now: int):
+        """Whether partition `key`'s record goes out at `now` (`latest`: its
+        membership under each policy), as the watermark its next interval
+        counts from (`sent`), or None. At once (from `now`) when a policy's
+        model was never sent or its membership differs from its last
+        record's. On time when the watermark reached the partition's instant
+        (phase_of) at or after `interval_ms` since a policy's last record:
+        counted from its latest instant, at or before `now`, so one that
+        stays pending goes out once per interval, each time in the batch
+        that reaches its next instant, whatever the batches (from `now`, a
+        batch ending past the instant would put the next one two intervals
+        on)."""
+        sent, interval = self.sent, self.interval_ms
+        start = None
+        for k, members in latest.items():
+            last = sent.get(k)
+            if last is None or last[1] != members:
+                return now
+            if start is None or last[0] < start:
+                start = last[0]
+        if start is None:
+            return None
+        phase = phase_of(key, interval)
+        if now < next_instant(start + interval, phase, interval):
+            return None
+        return now - (now + phase) % interval
 
     def all_sent(self, models: Iterable, now: int) -> None:
         """Every model's state went out (the end of a bounded input)."""
