@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import pickle
 import zlib
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import orjson
 import pyarrow as pa
@@ -349,8 +349,6 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
     index_of = {label: i for i, label in enumerate(labels)}
 
     def process_bucket(key, pdfs: Iterator, state) -> Iterator:
-        import pandas as pd
-
         bucket = index_of.get(int(key[0]))
         if bucket is None:
             raise layout_error(f"key {key[0]}", len(labels))
@@ -358,21 +356,35 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
         query = (identity, settings_json)
         blob, packs, summaries = _inputs(pdfs, state)
         if engineproc.enabled():  # the bucket's engine process runs the call
-            rows, row = engineproc.call(settings_json, layout, blob, packs, summaries, query)
-            rows = [OutputRecord._make(r) for r in rows]
+            reply = engineproc.call(settings_json, layout, blob, packs, summaries, query)
+            del blob, packs, summaries  # not held while the outputs come
+            # one frame per piece of the reply, each handed to Spark as it
+            # comes: never all of the outputs at once (engineproc.Reply)
+            for piece in reply.pieces():
+                yield _frame(piece)
+            row = reply.row
         else:
             rows, row = _call_rows(_processor(settings_json), layout, blob, packs, summaries,
                                    query)
-        del blob, packs, summaries  # not held while the output is made and handed over
-        state.update((row,))
-        if rows:
-            frame = pd.DataFrame(rows, columns=list(OutputRecord._fields))
+            del blob, packs, summaries
+            for start in range(0, len(rows), engineproc.REPLY_ROWS):
+                yield _frame(rows[start:start + engineproc.REPLY_ROWS])
             del rows
-            yield frame
-            del frame
+        # Spark reads the state once every frame is taken (applyInPandasWithState)
+        state.update((row,))
         trim.give_back()  # the batch's records, its old and new row (trim.py)
 
     return process_bucket
+
+
+def _frame(rows: list):
+    """A pandas frame of output rows (OutputRecords or tuples of their fields)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=_COLUMNS)
+
+
+_COLUMNS = list(OutputRecord._fields)
 
 
 def _inputs(pdfs: Iterator, state) -> tuple[Optional[bytes], list, list]:
@@ -400,15 +412,21 @@ def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
 
 
 def _call_rows(processor: BucketProcessor, layout: tuple[int, int], blob: Optional[bytes],
-               packs: list, summaries: list, query: tuple) -> tuple[list[OutputRecord], bytes]:
+               packs: list, summaries: list, query: tuple,
+               hand_over: Optional[Callable[[list], None]] = None
+               ) -> tuple[list[OutputRecord], bytes]:
     """One bucket call on its state row `blob`: (output rows, the new row),
     without cyclic GC passes meanwhile (gc_tuning.py). Here or in the
-    bucket's engine process (engineproc.py)."""
+    bucket's engine process (engineproc.py), which passes `hand_over`: it
+    takes the output rows once the records are applied, before the bucket
+    is saved, and empties the list (so they are not held during the save)."""
     with no_gc_passes_in_call():
         key = (*query, *layout)
         stored = statelog.load(processor, blob, layout, key)
         bucket = stored.bucket
         rows = processor.process(layout[0], bucket, unpack(packs), hold_of(summaries))
+        if hand_over is not None:
+            hand_over(rows)
         row = statelog.save(stored, bucket.arrived, key)
         bucket.arrived = []
         return rows, row
