@@ -232,3 +232,66 @@ def test_the_engine_process_holds_none_of_a_calls_outputs_while_it_saves_the_buc
         statelog._CACHE.clear()
     assert status == "ok" and traced["out"] > 1_000_000
     assert traced["applied"] - traced["saving"] > traced["out"], traced
+
+
+def _live_fields_at_each_state_record(monkeypatch, settings_json: str, request_of) -> list:
+    """Run bucket calls (request_of(n): the n-th call's packs and summaries,
+    None: no more) and return, at each partition_state record written, how
+    many models' state_fields were alive then."""
+    from isr.model.partition import PartitionModel
+    from isr.stream import operator, statelog
+
+    live = [0]
+    seen: list = []
+
+    class Fields(dict):
+        def __del__(self):
+            live[0] -= 1
+
+    fields_of = PartitionModel.state_fields
+
+    def counted(self):
+        live[0] += 1
+        return Fields(fields_of(self))
+
+    record = operator.state_record
+    monkeypatch.setattr(PartitionModel, "state_fields", counted)
+    monkeypatch.setattr(operator, "state_record",
+                        lambda fields, several: (seen.append(live[0]), record(fields, several))[1])
+    blob, n = None, 0
+    while (batch := request_of(n)) is not None:
+        _rows, blob = operator._call_rows(operator._processor(settings_json), (0, 1), blob,
+                                          batch[0], batch[1], ("test-fields",))
+        n += 1
+    statelog._CACHE.clear()
+    return seen
+
+
+def test_a_batchs_state_records_are_made_one_at_a_time(monkeypatch):
+    """The batches that send every partition's state (~50,000 a bucket at
+    100 k partitions): each state's fields (~1.3 KB) are let go of once its
+    record is written, not all held until the last record is made (the
+    records ~0.8 KB each): throttled states (`due`) and the end of the input
+    (every model's state)."""
+    from test_statelog import rows
+
+    from isr.contract.fast import encode
+    from isr.stream.packing import END_OF_INPUT, Packer
+
+    request = _many_states_request(500)
+
+    def due_states(n):  # state_interval_ms 0: every changed partition's state
+        return None if n else (request[4], request[5])
+
+    seen = _live_fields_at_each_state_record(monkeypatch, _settings_json(0), due_states)
+    assert len(seen) == 1000 and max(seen) <= 2, max(seen)
+
+    end = Packer([0], MONITOR.max_future_ms).pack(
+        [str(10**6)], [END_OF_INPUT], ["in"], [-1], [0], None)
+    first = _many_states_request(500)
+
+    def then_the_end(n):  # a long interval: only the end sends them
+        return [(first[4], first[5]), ([end[0][1]], [end[0][2]]), None][n]
+
+    seen = _live_fields_at_each_state_record(monkeypatch, _settings_json(10**9), then_the_end)
+    assert len(seen) >= 1000 and max(seen) <= 2, max(seen)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import pickle
 import zlib
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import orjson
 import pyarrow as pa
@@ -219,7 +219,7 @@ class BucketProcessor:
                 # visited once (engine.models() does the catching up).
                 models = list(engine.models())
                 bucket.touched.all_sent(models, engine.max_ts)
-                return self._emit(engine, [m.state_fields() for m in models], dead, [stats])
+                return self._emit(engine, (m.state_fields() for m in models), dead, [stats])
             if hold is not None:
                 statelog.undefer(bucket, hold - self.monitor.allowed_lateness_ms)
                 engine.advance_watermark(hold - self.monitor.allowed_lateness_ms)
@@ -237,9 +237,9 @@ class BucketProcessor:
                         PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
                         orjson.dumps([fields(m) for key in keys
                                       for m in models_of(key)]).decode()))
-            states = [fields(m) for m in bucket.touched.due(
-                lambda key: self._models(engine, key, False), wm, flush, engine.current)]
-            return self._emit(engine, states, dead, internal)
+            due = bucket.touched.due(lambda key: self._models(engine, key, False), wm, flush,
+                                     engine.current)
+            return self._emit(engine, (fields.take(m) for m in due), dead, internal)
         finally:
             engine.on_reject = None
 
@@ -264,11 +264,14 @@ class BucketProcessor:
             if m is not None:
                 yield engine.current(m) if current else m
 
-    def _emit(self, engine: LocalEngine, states: list[dict], dead: list[DeadLetter],
+    def _emit(self, engine: LocalEngine, states: Iterable[dict], dead: list[DeadLetter],
               internal: list[OutputRecord]) -> list[OutputRecord]:
         """The batch's output records; `states`: the partition_state records
         to write, as their models' state_fields (written without pydantic,
-        records.state_record)."""
+        records.state_record), made as they are written: each let go of
+        once written (a state's fields take ~1.3 KB, its record ~0.8: at
+        50,000 states a bucket, ~65 and ~40 MB not held at once;
+        docs/benchmarks.md, issue 23, branch `engreply`)."""
         out = [*internal, *(to_record(d, self.several) for d in engine.take_decisions())]
         handed = engine.unclaimed.get("propagation")
         if handed:  # a row from when the buckets ran it: the driver's stage takes it on
@@ -293,6 +296,12 @@ class _FieldsOnce(dict):
         if fields is None:
             fields = self[id(model)] = model.state_fields()
         return fields
+
+    def take(self, model) -> dict:
+        """The model's fields for its state record, their last use (a
+        model's state goes out once a batch): no longer kept here."""
+        fields = self.pop(id(model), None)
+        return model.state_fields() if fields is None else fields
 
 
 def _split_plain(table, watermark: int):
