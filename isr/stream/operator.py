@@ -22,7 +22,6 @@ import pickle
 import zlib
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -219,7 +218,8 @@ class BucketProcessor:
                 # visited once (engine.models() does the catching up).
                 models = list(engine.models())
                 bucket.touched.all_sent(models, engine.max_ts)
-                return self._emit(engine, (m.state_fields() for m in models), dead, [stats])
+                return self._emit(engine, (state_record(m.state_fields(), self.several)
+                                           for m in models), dead, [stats])
             if hold is not None:
                 statelog.undefer(bucket, hold - self.monitor.allowed_lateness_ms)
                 engine.advance_watermark(hold - self.monitor.allowed_lateness_ms)
@@ -227,7 +227,7 @@ class BucketProcessor:
             internal = [OutputRecord(WATERMARK, str(bucket_id), f"watermark/{bucket_id}", wm, "")]
             models_of = lambda key: self._models(engine, key)  # noqa: E731
             touched = bucket.touched.take_touched()
-            fields = _FieldsOnce()
+            states = _StatesOnce(self.several)
             if self.partition_metrics and touched:
                 keys = bucket.touched.metrics_keys(
                     touched, lambda key: self._models(engine, key, False), wm,
@@ -235,11 +235,11 @@ class BucketProcessor:
                 if keys:
                     internal.append(OutputRecord(
                         PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
-                        orjson.dumps([fields(m) for key in keys
-                                      for m in models_of(key)]).decode()))
+                        _json_list([states(m).value for key in keys
+                                    for m in models_of(key)])))
             due = bucket.touched.due(lambda key: self._models(engine, key, False), wm, flush,
                                      engine.current)
-            return self._emit(engine, (fields.take(m) for m in due), dead, internal)
+            return self._emit(engine, (states.take(m) for m in due), dead, internal)
         finally:
             engine.on_reject = None
 
@@ -264,44 +264,58 @@ class BucketProcessor:
             if m is not None:
                 yield engine.current(m) if current else m
 
-    def _emit(self, engine: LocalEngine, states: Iterable[dict], dead: list[DeadLetter],
-              internal: list[OutputRecord]) -> list[OutputRecord]:
+    def _emit(self, engine: LocalEngine, states: Iterable[OutputRecord],
+              dead: list[DeadLetter], internal: list[OutputRecord]) -> list[OutputRecord]:
         """The batch's output records; `states`: the partition_state records
-        to write, as their models' state_fields (written without pydantic,
-        records.state_record), made as they are written: each let go of
-        once written (a state's fields take ~1.3 KB, its record ~0.8: at
-        50,000 states a bucket, ~65 and ~40 MB not held at once;
-        docs/benchmarks.md, issue 23, branch `engreply`)."""
+        (records.state_record of their models' state_fields), made as they
+        are written: a state's fields (~1.3 KB) are let go of once its
+        record (~0.8 KB) is made, not all held until the last record is
+        (~65 and ~40 MB at 50,000 states a bucket; docs/benchmarks.md,
+        issue 23, branch `engreply`)."""
         out = [*internal, *(to_record(d, self.several) for d in engine.take_decisions())]
         handed = engine.unclaimed.get("propagation")
         if handed:  # a row from when the buckets ran it: the driver's stage takes it on
             out.append(OutputRecord(PROPAGATION_STATE, "propagation", "propagation_state",
                                     engine.sequencer.external_watermark, json.dumps(handed)))
-        several = self.several
-        out.extend(state_record(s, several) for s in states)
+        out.extend(states)
         out.extend(to_record(d) for d in dead)
         return out
 
 
-class _FieldsOnce(dict):
-    """A batch's models' state_fields, each made once: a model the metrics
-    show is often a throttled state of the same batch too (every partition
-    whose interval ends, ~125 k of 490 k at 100 k partitions,
+class _StatesOnce(dict):
+    """A batch's models' partition_state records, each made once: a model
+    the metrics show is often a throttled state of the same batch too (every
+    partition whose interval ends, ~125 k of 490 k at 100 k partitions,
     docs/benchmarks.md, branch `metricscost`), at the same watermark and
     caught up by the first view (engine.current), so both outputs show the
-    same fields. Keyed by the model's id: every model outlives the batch."""
+    same fields, and the metrics record lists the same JSON (records.
+    state_record's value is the fields' orjson text). Held as the record
+    (~0.8 KB), its fields let go of at once (~1.3 KB; ~65 MB at 50,000
+    states a bucket; docs/benchmarks.md, issue 23, branch `engreply`).
+    Keyed by the model's id: every model outlives the batch."""
 
-    def __call__(self, model) -> dict:
-        fields = self.get(id(model))
-        if fields is None:
-            fields = self[id(model)] = model.state_fields()
-        return fields
+    def __init__(self, several: bool) -> None:
+        super().__init__()
+        self.several = several
 
-    def take(self, model) -> dict:
-        """The model's fields for its state record, their last use (a
-        model's state goes out once a batch): no longer kept here."""
-        fields = self.pop(id(model), None)
-        return model.state_fields() if fields is None else fields
+    def __call__(self, model) -> OutputRecord:
+        record = self.get(id(model))
+        if record is None:
+            record = self[id(model)] = state_record(model.state_fields(), self.several)
+        return record
+
+    def take(self, model) -> OutputRecord:
+        """The model's state record, to write: no longer kept here (a
+        model's state goes out once a batch)."""
+        record = self.pop(id(model), None)
+        return state_record(model.state_fields(), self.several) if record is None else record
+
+
+def _json_list(texts: list[str]) -> str:
+    """The JSON array of JSON `texts`, as orjson.dumps of the values they
+    encode writes it (no spaces, elements comma-separated), from the texts
+    themselves: neither the values nor the array's bytes beside its text."""
+    return "[" + ",".join(texts) + "]"
 
 
 def _split_plain(table, watermark: int):
