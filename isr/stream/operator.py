@@ -153,14 +153,17 @@ class BucketProcessor:
             (bucket.layout, snapshot.snapshot(engine, with_queue=False),
              snapshot.queued_raw(engine)), protocol=5))
 
-    def process(self, bucket_id: int, bucket: Bucket, table, hold: Optional[int]
-                ) -> list[OutputRecord]:
+    def process(self, bucket_id: int, bucket: Bucket, table, hold: Optional[int],
+                hand_over: Optional[Callable[[list], None]] = None) -> list[OutputRecord]:
         """Apply one batch's packed records (an Arrow table of packing's
         columns, in arrival order). Records older than the bucket's watermark
         (what the batches before reached) are late. Then the watermark moves
         on to `hold` (what every source partition of this batch reached) minus
         the allowed lateness: whatever could still come below it will be late,
-        so what lies below is applied now."""
+        so what lies below is applied now. `hand_over`: takes the output
+        records made so far, in order, whenever REPLY_ROWS of them are
+        ready once the batch is applied, and empties the list (the engine
+        process writes them to the worker: _emit); the rest are returned."""
         engine = bucket.engine
         dead: list[DeadLetter] = []
         end_ts = None
@@ -219,7 +222,7 @@ class BucketProcessor:
                 models = list(engine.models())
                 bucket.touched.all_sent(models, engine.max_ts)
                 return self._emit(engine, (state_record(m.state_fields(), self.several)
-                                           for m in models), dead, [stats])
+                                           for m in models), dead, [stats], hand_over)
             if hold is not None:
                 statelog.undefer(bucket, hold - self.monitor.allowed_lateness_ms)
                 engine.advance_watermark(hold - self.monitor.allowed_lateness_ms)
@@ -239,7 +242,8 @@ class BucketProcessor:
                                     for m in models_of(key)])))
             due = bucket.touched.due(lambda key: self._models(engine, key, False), wm, flush,
                                      engine.current)
-            return self._emit(engine, (states.take(m) for m in due), dead, internal)
+            return self._emit(engine, (states.take(m) for m in due), dead, internal,
+                              hand_over)
         finally:
             engine.on_reject = None
 
@@ -265,19 +269,30 @@ class BucketProcessor:
                 yield engine.current(m) if current else m
 
     def _emit(self, engine: LocalEngine, states: Iterable[OutputRecord],
-              dead: list[DeadLetter], internal: list[OutputRecord]) -> list[OutputRecord]:
+              dead: list[DeadLetter], internal: list[OutputRecord],
+              hand_over: Optional[Callable[[list], None]] = None) -> list[OutputRecord]:
         """The batch's output records; `states`: the partition_state records
         (records.state_record of their models' state_fields), made as they
         are written: a state's fields (~1.3 KB) are let go of once its
         record (~0.8 KB) is made, not all held until the last record is
         (~65 and ~40 MB at 50,000 states a bucket; docs/benchmarks.md,
-        issue 23, branch `engreply`)."""
+        issue 23, branch `engreply`). With `hand_over` (process) they are
+        handed over REPLY_ROWS at a time as they are made: every decision
+        and dead letter of the batch is known by now, so nothing after can
+        change what went."""
         out = [*internal, *(to_record(d, self.several) for d in engine.take_decisions())]
         handed = engine.unclaimed.get("propagation")
         if handed:  # a row from when the buckets ran it: the driver's stage takes it on
             out.append(OutputRecord(PROPAGATION_STATE, "propagation", "propagation_state",
                                     engine.sequencer.external_watermark, json.dumps(handed)))
-        out.extend(states)
+        if hand_over is None:
+            out.extend(states)
+        else:
+            piece = engineproc.REPLY_ROWS
+            for record in states:
+                out.append(record)
+                if len(out) >= piece:
+                    hand_over(out)
         out.extend(to_record(d) for d in dead)
         return out
 
@@ -441,13 +456,15 @@ def _call_rows(processor: BucketProcessor, layout: tuple[int, int], blob: Option
     """One bucket call on its state row `blob`: (output rows, the new row),
     without cyclic GC passes meanwhile (gc_tuning.py). Here or in the
     bucket's engine process (engineproc.py), which passes `hand_over`: it
-    takes the output rows once the records are applied, before the bucket
-    is saved, and empties the list (so they are not held during the save)."""
+    takes the output rows as they are made once the records are applied
+    (process), the rest after, before the bucket is saved, and empties the
+    list (so they are not held at once, nor during the save)."""
     with no_gc_passes_in_call():
         key = (*query, *layout)
         stored = statelog.load(processor, blob, layout, key)
         bucket = stored.bucket
-        rows = processor.process(layout[0], bucket, unpack(packs), hold_of(summaries))
+        rows = processor.process(layout[0], bucket, unpack(packs), hold_of(summaries),
+                                 hand_over)
         if hand_over is not None:
             hand_over(rows)
         row = statelog.save(stored, bucket.arrived, key)
