@@ -80,8 +80,12 @@ while not ended or any(p < len(l) for p, l in zip(pos, parts)):
     for b in labels:
         pid = procs[b].pid
         c0 = cpu(pid); before = status(pid)["VmRSS"]
-        rows, blobs[b] = engineproc.call(settings_json, (b, args.buckets), blobs[b],
-                                         [p for p, _ in rows_by_bucket[b]], [s for _, s in rows_by_bucket[b]], query)
+        reply = engineproc.call(settings_json, (b, args.buckets), blobs[b],
+                                [p for p, _ in rows_by_bucket[b]], [s for _, s in rows_by_bucket[b]], query)
+        if isinstance(reply, tuple):  # a tree before the reply in pieces
+            rows, blobs[b] = reply
+        else:
+            rows = [r for piece in reply.pieces() for r in piece]; blobs[b] = reply.row
         time.sleep(0.05)
         s = status(pid); c = cpu(pid) - c0; cpus[b] += c
         open(f"/proc/{pid}/clear_refs", "w").write("5")

@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Optional
+from typing import Iterator, Optional
 
 from isr.signals import pid_alive
 from isr.stream import trim
@@ -52,6 +52,10 @@ IDLE_ENV = "ISR_ENGINE_IDLE_S"
 ENGINE_IDLE_S = 900.0
 START_TIMEOUT_S = 120.0
 _LEN = struct.Struct("<Q")
+# Output rows per frame of a call's reply: ~3 MB of pickle at 100 k
+# partitions; the worker makes one pandas frame of each, and Spark one Arrow
+# batch of every ~10,000 rows (spark.sql.execution.arrow.maxRecordsPerBatch).
+REPLY_ROWS = 4096
 
 
 def enabled() -> bool:
@@ -96,22 +100,53 @@ def _recv(sock: socket.socket):
 
 
 # ------------------------------------------------------------------ the worker's side
+class Reply:
+    """A bucket call's reply as the engine process writes it: the output
+    rows a piece at a time (`pieces`), written as soon as the batch's
+    records are applied, while the engine process saves the bucket; then
+    the new state row (`row`, once `pieces` is done). Neither side holds
+    all of a call's outputs at once as Python objects, a pickle and a
+    frame (docs/benchmarks.md, issue 23, branch `engreply`)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.row: Optional[bytes] = None
+
+    def pieces(self) -> Iterator[list]:
+        """Each piece of output rows (tuples of OutputRecord's fields);
+        raises what the call raised there, possibly after some pieces (the
+        task then fails, and its outputs with it)."""
+        try:
+            while True:
+                status, *result = _recv(self._sock)
+                if status == "rows":
+                    yield result[0]
+                elif status == "ok":
+                    self.row = result[0]
+                    return
+                else:
+                    raise _failure(*result)
+        finally:
+            self._sock.close()
+
+
 def call(settings_json: str, layout: tuple[int, int], blob: Optional[bytes],
-         packs: list, summaries: list, query: tuple) -> tuple[list, bytes]:
-    """One bucket call in the bucket's engine process: (output rows, the new
-    state row). Raises what the call raised there."""
+         packs: list, summaries: list, query: tuple) -> Reply:
+    """One bucket call in the bucket's engine process: its reply, to read
+    (the request is written when this returns)."""
     sock = _connect(layout)
     try:
         _send(sock, (settings_json, layout, query, blob, packs, summaries))
-        status, *result = _recv(sock)
-    finally:
+    except BaseException:
         sock.close()
-    if status == "ok":
-        return result[0], result[1]
-    exc, text = result
+        raise
+    return Reply(sock)
+
+
+def _failure(exc: Optional[BaseException], text: str) -> BaseException:
     if exc is None:
-        raise RuntimeError(f"the bucket's engine process failed:\n{text}")
-    raise exc
+        return RuntimeError(f"the bucket's engine process failed:\n{text}")
+    return exc
 
 
 def stop(layout: tuple[int, int], owner: Optional[int] = None) -> bool:
@@ -165,17 +200,26 @@ def _connect(layout: tuple[int, int]) -> socket.socket:
 
 
 # ------------------------------------------------------------------ the engine process
-def _handle(request: list) -> tuple:
-    """The call of `request` (emptied: the caller keeps none of it)."""
+class _WorkerGone(Exception):
+    """The worker went away while its reply was written (its task killed)."""
+
+
+def _handle(conn: socket.socket, request: list) -> tuple:
+    """The call of `request` (emptied: the caller keeps none of it), its
+    output rows written to `conn` before the bucket is saved (_send_rows);
+    the reply's last frame: ("ok", the new state row) or ("err", ...)."""
     from isr.stream import operator
 
     settings_json, layout, query, blob, packs, summaries = request
     request.clear()
     processor = operator._processor(settings_json)
     try:
-        rows, row = operator._call_rows(processor, tuple(layout), blob, _handed_over(packs),
-                                        summaries, tuple(query))
-        return ("ok", [tuple(r) for r in rows], row)
+        row = operator._call_rows(processor, tuple(layout), blob, _handed_over(packs),
+                                  summaries, tuple(query),
+                                  hand_over=lambda rows: _send_rows(conn, rows))[1]
+        return ("ok", row)
+    except _WorkerGone:
+        raise
     except Exception as exc:  # noqa: BLE001 - handed to the worker, raised there
         text = traceback.format_exc()
         try:
@@ -183,6 +227,24 @@ def _handle(request: list) -> tuple:
             return ("err", exc, text)
         except Exception:  # noqa: BLE001 - an exception that does not pickle
             return ("err", None, text)
+
+
+def _send_rows(sock: socket.socket, rows: list) -> None:
+    """The call's output rows written to the worker REPLY_ROWS at a time,
+    each let go of once pickled (emptying `rows`): the outputs are then gone
+    before the bucket is saved, and no pickle of them all is ever made
+    (~38 + ~50 MB at 100 k partitions when every partition's state goes
+    out; docs/benchmarks.md, issue 23, branch `engreply`). The bucket is
+    not saved if the worker is gone: the call is dropped, and its engine
+    left out of the cache (statelog.load took it out), as if it had failed."""
+    rows.reverse()
+    try:
+        while rows:
+            piece = [tuple(rows.pop()) for _ in range(min(REPLY_ROWS, len(rows)))]
+            _send(sock, ("rows", piece))
+            del piece
+    except OSError as exc:
+        raise _WorkerGone() from exc
 
 
 def _handed_over(packs: list):
@@ -256,15 +318,15 @@ def serve(path: str, owner: int) -> None:
                 if request == "stop":
                     leave()
                 # The batch (its packs, the old row) is not kept while the
-                # call runs (_handle empties it), the reply is pickled, nor
-                # until the next call's arrives.
+                # call runs (_handle empties it), nor until the next call's
+                # arrives; the outputs go out before the save (_send_rows).
                 request = list(request)  # the received tuple let go of
-                reply = _handle(request)
+                reply = _handle(conn, request)
                 del request
                 _send(conn, reply)
                 del reply
                 trim.give_back()  # what the call freed (trim.py)
-        except (OSError, EOFError):
+        except (OSError, EOFError, _WorkerGone):
             pass  # the worker went away (its task killed): its call is dropped
         last = time.monotonic()
         if not pid_alive(owner):

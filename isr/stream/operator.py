@@ -20,9 +20,8 @@ from __future__ import annotations
 import json
 import pickle
 import zlib
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -154,14 +153,17 @@ class BucketProcessor:
             (bucket.layout, snapshot.snapshot(engine, with_queue=False),
              snapshot.queued_raw(engine)), protocol=5))
 
-    def process(self, bucket_id: int, bucket: Bucket, table, hold: Optional[int]
-                ) -> list[OutputRecord]:
+    def process(self, bucket_id: int, bucket: Bucket, table, hold: Optional[int],
+                hand_over: Optional[Callable[[list], None]] = None) -> list[OutputRecord]:
         """Apply one batch's packed records (an Arrow table of packing's
         columns, in arrival order). Records older than the bucket's watermark
         (what the batches before reached) are late. Then the watermark moves
         on to `hold` (what every source partition of this batch reached) minus
         the allowed lateness: whatever could still come below it will be late,
-        so what lies below is applied now."""
+        so what lies below is applied now. `hand_over`: takes the output
+        records made so far, in order, whenever REPLY_ROWS of them are
+        ready once the batch is applied, and empties the list (the engine
+        process writes them to the worker: _emit); the rest are returned."""
         engine = bucket.engine
         dead: list[DeadLetter] = []
         end_ts = None
@@ -219,7 +221,8 @@ class BucketProcessor:
                 # visited once (engine.models() does the catching up).
                 models = list(engine.models())
                 bucket.touched.all_sent(models, engine.max_ts)
-                return self._emit(engine, [m.state_fields() for m in models], dead, [stats])
+                return self._emit(engine, (state_record(m.state_fields(), self.several)
+                                           for m in models), dead, [stats], hand_over)
             if hold is not None:
                 statelog.undefer(bucket, hold - self.monitor.allowed_lateness_ms)
                 engine.advance_watermark(hold - self.monitor.allowed_lateness_ms)
@@ -227,7 +230,7 @@ class BucketProcessor:
             internal = [OutputRecord(WATERMARK, str(bucket_id), f"watermark/{bucket_id}", wm, "")]
             models_of = lambda key: self._models(engine, key)  # noqa: E731
             touched = bucket.touched.take_touched()
-            fields = _FieldsOnce()
+            states = _StatesOnce(self.several)
             if self.partition_metrics and touched:
                 keys = bucket.touched.metrics_keys(
                     touched, lambda key: self._models(engine, key, False), wm,
@@ -235,11 +238,12 @@ class BucketProcessor:
                 if keys:
                     internal.append(OutputRecord(
                         PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
-                        orjson.dumps([fields(m) for key in keys
-                                      for m in models_of(key)]).decode()))
-            states = [fields(m) for m in bucket.touched.due(
-                lambda key: self._models(engine, key, False), wm, flush, engine.current)]
-            return self._emit(engine, states, dead, internal)
+                        _json_list([states(m).value for key in keys
+                                    for m in models_of(key)])))
+            due = bucket.touched.due(lambda key: self._models(engine, key, False), wm, flush,
+                                     engine.current)
+            return self._emit(engine, (states.take(m) for m in due), dead, internal,
+                              hand_over)
         finally:
             engine.on_reject = None
 
@@ -264,35 +268,69 @@ class BucketProcessor:
             if m is not None:
                 yield engine.current(m) if current else m
 
-    def _emit(self, engine: LocalEngine, states: list[dict], dead: list[DeadLetter],
-              internal: list[OutputRecord]) -> list[OutputRecord]:
+    def _emit(self, engine: LocalEngine, states: Iterable[OutputRecord],
+              dead: list[DeadLetter], internal: list[OutputRecord],
+              hand_over: Optional[Callable[[list], None]] = None) -> list[OutputRecord]:
         """The batch's output records; `states`: the partition_state records
-        to write, as their models' state_fields (written without pydantic,
-        records.state_record)."""
+        (records.state_record of their models' state_fields), made as they
+        are written: a state's fields (~1.3 KB) are let go of once its
+        record (~0.8 KB) is made, not all held until the last record is
+        (~65 and ~40 MB at 50,000 states a bucket; docs/benchmarks.md,
+        issue 23, branch `engreply`). With `hand_over` (process) they are
+        handed over REPLY_ROWS at a time as they are made: every decision
+        and dead letter of the batch is known by now, so nothing after can
+        change what went."""
         out = [*internal, *(to_record(d, self.several) for d in engine.take_decisions())]
         handed = engine.unclaimed.get("propagation")
         if handed:  # a row from when the buckets ran it: the driver's stage takes it on
             out.append(OutputRecord(PROPAGATION_STATE, "propagation", "propagation_state",
                                     engine.sequencer.external_watermark, json.dumps(handed)))
-        several = self.several
-        out.extend(state_record(s, several) for s in states)
+        if hand_over is None:
+            out.extend(states)
+        else:
+            piece = engineproc.REPLY_ROWS
+            for record in states:
+                out.append(record)
+                if len(out) >= piece:
+                    hand_over(out)
         out.extend(to_record(d) for d in dead)
         return out
 
 
-class _FieldsOnce(dict):
-    """A batch's models' state_fields, each made once: a model the metrics
-    show is often a throttled state of the same batch too (every partition
-    whose interval ends, ~125 k of 490 k at 100 k partitions,
+class _StatesOnce(dict):
+    """A batch's models' partition_state records, each made once: a model
+    the metrics show is often a throttled state of the same batch too (every
+    partition whose interval ends, ~125 k of 490 k at 100 k partitions,
     docs/benchmarks.md, branch `metricscost`), at the same watermark and
     caught up by the first view (engine.current), so both outputs show the
-    same fields. Keyed by the model's id: every model outlives the batch."""
+    same fields, and the metrics record lists the same JSON (records.
+    state_record's value is the fields' orjson text). Held as the record
+    (~0.8 KB), its fields let go of at once (~1.3 KB; ~65 MB at 50,000
+    states a bucket; docs/benchmarks.md, issue 23, branch `engreply`).
+    Keyed by the model's id: every model outlives the batch."""
 
-    def __call__(self, model) -> dict:
-        fields = self.get(id(model))
-        if fields is None:
-            fields = self[id(model)] = model.state_fields()
-        return fields
+    def __init__(self, several: bool) -> None:
+        super().__init__()
+        self.several = several
+
+    def __call__(self, model) -> OutputRecord:
+        record = self.get(id(model))
+        if record is None:
+            record = self[id(model)] = state_record(model.state_fields(), self.several)
+        return record
+
+    def take(self, model) -> OutputRecord:
+        """The model's state record, to write: no longer kept here (a
+        model's state goes out once a batch)."""
+        record = self.pop(id(model), None)
+        return state_record(model.state_fields(), self.several) if record is None else record
+
+
+def _json_list(texts: list[str]) -> str:
+    """The JSON array of JSON `texts`, as orjson.dumps of the values they
+    encode writes it (no spaces, elements comma-separated), from the texts
+    themselves: neither the values nor the array's bytes beside its text."""
+    return "[" + ",".join(texts) + "]"
 
 
 def _split_plain(table, watermark: int):
@@ -349,8 +387,6 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
     index_of = {label: i for i, label in enumerate(labels)}
 
     def process_bucket(key, pdfs: Iterator, state) -> Iterator:
-        import pandas as pd
-
         bucket = index_of.get(int(key[0]))
         if bucket is None:
             raise layout_error(f"key {key[0]}", len(labels))
@@ -358,21 +394,35 @@ def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
         query = (identity, settings_json)
         blob, packs, summaries = _inputs(pdfs, state)
         if engineproc.enabled():  # the bucket's engine process runs the call
-            rows, row = engineproc.call(settings_json, layout, blob, packs, summaries, query)
-            rows = [OutputRecord._make(r) for r in rows]
+            reply = engineproc.call(settings_json, layout, blob, packs, summaries, query)
+            del blob, packs, summaries  # not held while the outputs come
+            # one frame per piece of the reply, each handed to Spark as it
+            # comes: never all of the outputs at once (engineproc.Reply)
+            for piece in reply.pieces():
+                yield _frame(piece)
+            row = reply.row
         else:
             rows, row = _call_rows(_processor(settings_json), layout, blob, packs, summaries,
                                    query)
-        del blob, packs, summaries  # not held while the output is made and handed over
-        state.update((row,))
-        if rows:
-            frame = pd.DataFrame(rows, columns=list(OutputRecord._fields))
+            del blob, packs, summaries
+            for start in range(0, len(rows), engineproc.REPLY_ROWS):
+                yield _frame(rows[start:start + engineproc.REPLY_ROWS])
             del rows
-            yield frame
-            del frame
+        # Spark reads the state once every frame is taken (applyInPandasWithState)
+        state.update((row,))
         trim.give_back()  # the batch's records, its old and new row (trim.py)
 
     return process_bucket
+
+
+def _frame(rows: list):
+    """A pandas frame of output rows (OutputRecords or tuples of their fields)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=_COLUMNS)
+
+
+_COLUMNS = list(OutputRecord._fields)
 
 
 def _inputs(pdfs: Iterator, state) -> tuple[Optional[bytes], list, list]:
@@ -400,15 +450,23 @@ def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
 
 
 def _call_rows(processor: BucketProcessor, layout: tuple[int, int], blob: Optional[bytes],
-               packs: list, summaries: list, query: tuple) -> tuple[list[OutputRecord], bytes]:
+               packs: list, summaries: list, query: tuple,
+               hand_over: Optional[Callable[[list], None]] = None
+               ) -> tuple[list[OutputRecord], bytes]:
     """One bucket call on its state row `blob`: (output rows, the new row),
     without cyclic GC passes meanwhile (gc_tuning.py). Here or in the
-    bucket's engine process (engineproc.py)."""
+    bucket's engine process (engineproc.py), which passes `hand_over`: it
+    takes the output rows as they are made once the records are applied
+    (process), the rest after, before the bucket is saved, and empties the
+    list (so they are not held at once, nor during the save)."""
     with no_gc_passes_in_call():
         key = (*query, *layout)
         stored = statelog.load(processor, blob, layout, key)
         bucket = stored.bucket
-        rows = processor.process(layout[0], bucket, unpack(packs), hold_of(summaries))
+        rows = processor.process(layout[0], bucket, unpack(packs), hold_of(summaries),
+                                 hand_over)
+        if hand_over is not None:
+            hand_over(rows)
         row = statelog.save(stored, bucket.arrived, key)
         bucket.arrived = []
         return rows, row
