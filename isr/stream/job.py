@@ -331,11 +331,27 @@ def collect_records(df) -> list[OutputRecord]:
     `df.collect()` gives them. Collected as Arrow (`toArrow`): `collect()`
     pickles every row field by field in the JVM (net.razorvine's Pickler,
     the JVM's largest share in a steady batch, docs/benchmarks.md) and
-    makes a Row of each in Python."""
-    table = df.toArrow()
-    columns = [table.column(name).to_pylist() for name in OutputRecord._fields]
-    del table  # (Arrow's copy of the batch: not held while the records are made)
-    return list(map(OutputRecord._make, zip(*columns)))
+    makes a Row of each in Python.
+
+    The records are made one Arrow record batch at a time (Spark's, ≤ 10,000
+    rows each), each let go of once made, and Arrow's allocator gives the
+    freed buffers back before the sinks run: it keeps freed segments for
+    reuse, so the whole table stayed resident beside the records and the
+    sinks' copies (~0.12 GB at 100 k partitions when every partition's
+    state goes out: docs/benchmarks.md, issue 23, branch `driverrss`)."""
+    batches = df.toArrow().to_batches()  # (the table: only these hold its buffers)
+    batches.reverse()  # popped from the end in the table's order
+    records: list[OutputRecord] = []
+    while batches:
+        records.extend(_records_of(batches.pop()))
+    trim.give_back()  # Arrow's freed segments (and the C heap's) before the sinks run
+    return records
+
+
+def _records_of(batch) -> list[OutputRecord]:
+    """One Arrow record batch's rows as OutputRecords."""
+    return list(map(OutputRecord._make, zip(
+        *[batch.column(name).to_pylist() for name in OutputRecord._fields])))
 
 
 def start(spark, settings: Settings, write_batch: Callable, source_df=None,
