@@ -100,7 +100,7 @@ def jvm_defaults(extra: list[str]) -> list[str]:
 # Memory defaults (docs/operations.md, "Memory"); stream.spark_conf overrides each.
 # - The driver JVM's heap stays at Spark's 1g: it must hold a batch's
 #   peaks (the buckets' task results, ~2.4 KB per partition whose state
-#   goes out in the batch, on top of ~0.1 GB: 216-341 MB live at 100 k
+#   goes out in the batch, on top of ~0.1 GB: 216-377 MB live at 100 k
 #   partitions); 512m lost a task result there and 768m did not, too thin a
 #   margin for a default (docs/operations.md, "Memory"). What the heap
 #   commits below it is bounded by jvm.DRIVER_YOUNG instead. Give

@@ -24,7 +24,7 @@ QUICK_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # (-XX:TieredStopAtLevel=4) or a collector (-XX:+UseG1GC) replaces that one.
 # And the serial collector's young generation at most 128 MB: by default it
 # is half the old one, which the collector grows to ~1.7x the heap's live
-# peak (the batch that collects every partition's state: 216-341 MB at
+# peak (the batch that collects every partition's state: 216-377 MB at
 # 100 k partitions), so the heap reached 0.8-0.9 GB of the 1g; capped, the
 # old generation may grow to ~0.9 GB (~0.68 GB before: more room for a
 # bigger cluster's batch) and the heap stays ~0.2 GB smaller in such a run,
