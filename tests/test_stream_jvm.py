@@ -78,5 +78,19 @@ spark.stop()
 
     args = jvm_args()
     assert "-XX:TieredStopAtLevel=1" in args and "-XX:+UseSerialGC" in args
+    assert "-XX:MaxNewSize=128m" in args
     args = jvm_args('stream.spark_conf={"spark.driver.extraJavaOptions"="-Xss16m"}')
     assert "-XX:TieredStopAtLevel=1" not in args and "-XX:+UseSerialGC" not in args
+
+
+def test_the_driver_jvms_young_generation_is_bounded_unless_chosen_elsewhere(clean):
+    """The serial collector's young generation is capped (the heap committed
+    ~0.2 GB less at 100 k partitions); an operator's young-generation size,
+    or another collector (which sizes its own), replaces the cap."""
+    assert "-XX:MaxNewSize=128m" in job.driver_java_options().split()
+    for chosen in ("-Xmn256m", "-XX:NewRatio=2", "-XX:+UseG1GC", "-XX:+UseParallelGC"):
+        clean.setenv("ISR_SPARK_JAVA_OPTIONS", chosen)
+        options = job.driver_java_options().split()
+        assert "-XX:MaxNewSize=128m" not in options and options[-1] == chosen
+    clean.setenv("ISR_SPARK_JAVA_OPTIONS", "-XX:+UseSerialGC -XX:StartFlightRecording")
+    assert "-XX:MaxNewSize=128m" in job.driver_java_options().split()

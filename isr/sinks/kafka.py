@@ -36,6 +36,12 @@ from isr.sinks.base import Sink
 
 H_QUERY, H_CHECKPOINT, H_BATCH, H_ID = "isr.query", "isr.checkpoint", "isr.batch", "isr.id"
 TRY_S = 30  # one producer's try at a batch
+# The delivery reports served (Producer.poll) after this many records of a
+# batch: librdkafka frees a delivered message's copy only then, so a batch
+# that sends every partition's state held all 100 k copies until its flush
+# (~0.12 GB of the Python driver at 100 k partitions, which stayed resident
+# through the other sinks: docs/benchmarks.md, issue 23, branch `driverrss`).
+POLL_EVERY = 1000
 
 
 def _headers(msg) -> dict[str, str]:
@@ -255,6 +261,8 @@ class KafkaSink(Sink):
                 continue
             self._produce(topic, r.key, r.value, headers_base + [(H_ID, r.id)], delivered)
             produced += 1
+            if produced % POLL_EVERY == 0:
+                self._producer.poll(0)  # the delivered ones' copies freed
         self._flush(errors)
         commit = json.dumps({"batch": batch_id, "offsets": offsets,
                              "checkpoint": self._checkpoint}, sort_keys=True)

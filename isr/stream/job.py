@@ -38,9 +38,9 @@ def driver_java_options(jars: Sequence[str] = (), write_archive: bool = False) -
     """The session's driver JVM options: a deeper stack (Spark matches
     stop-time exception messages with a recursive regex; a Python traceback
     in them overflowed the default stack), our log4j2 configuration
-    (absent when the package is imported from a zip), the JIT compiler
-    and collector of jvm.DRIVER_JVM (the client compiler, the serial
-    collector), each unless ISR_SPARK_JAVA_OPTIONS (appended last) or an
+    (absent when the package is imported from a zip), the JIT compiler,
+    collector and young generation of jvm.DRIVER_JVM (the client compiler,
+    the serial collector, at most 128 MB young), each unless ISR_SPARK_JAVA_OPTIONS (appended last) or an
     environment variable of JVM_OPTION_VARIABLES chooses its own, and the
     class archive of a JVM with these `jars` in spark.jars, written by this
     JVM if there is none and `write_archive` (jvm.driver_archive_options).
@@ -66,14 +66,19 @@ JVM_OPTION_VARIABLES = ("SPARK_SUBMIT_OPTS", "JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTI
                         "_JAVA_OPTIONS")
 
 
+# The options that size the young generation (jvm.DRIVER_YOUNG's family).
+YOUNG_GENERATION = ("-Xmn", "-XX:NewSize", "-XX:MaxNewSize", "-XX:NewRatio")
+
 COLLECTOR = re.compile(
     r"-XX:\+Use(Serial|Parallel|ParallelOld|G1|Z|Shenandoah|Epsilon|ConcMarkSweep)GC")
 
 
 def jvm_defaults(extra: list[str]) -> list[str]:
     """jvm.DRIVER_JVM's options that `extra` (JVM options) does not override:
-    its compiler choice (-XX:TieredStopAtLevel, -XX:[+-]TieredCompilation)
-    or its collector (-XX:+Use...GC: two collectors refuse to start)."""
+    its compiler choice (-XX:TieredStopAtLevel, -XX:[+-]TieredCompilation),
+    its collector (-XX:+Use...GC: two collectors refuse to start) or its
+    young generation's size (-Xmn, -XX:NewSize, MaxNewSize, NewRatio; sized
+    for the serial collector, so another collector drops it too)."""
     from isr.stream.jvm import DRIVER_JVM
 
     def family(option: str) -> str:
@@ -82,18 +87,25 @@ def jvm_defaults(extra: list[str]) -> list[str]:
             return "compiler"
         if COLLECTOR.fullmatch(option):
             return "collector"
+        if option.startswith(YOUNG_GENERATION):
+            return "young"
         return option
 
     chosen = {family(o) for o in extra}
+    if any(COLLECTOR.fullmatch(o) and o != "-XX:+UseSerialGC" for o in extra):
+        chosen.add("young")
     return [o for o in DRIVER_JVM.split() if family(o) not in chosen]
 
 
 # Memory defaults (docs/operations.md, "Memory"); stream.spark_conf overrides each.
 # - The driver JVM's heap stays at Spark's 1g: it must hold a batch's
-#   peaks (the buckets' state rows, the task results); at 100 k partitions
-#   512m lost a task result and 768m did not, too thin a margin for a
-#   default (docs/operations.md, "Memory"). Give spark.driver.memory in
-#   stream.spark_conf (or spark-submit's --driver-memory) to change it.
+#   peaks (the buckets' task results, ~2.4 KB per partition whose state
+#   goes out in the batch, on top of ~0.1 GB: 216-377 MB live at 100 k
+#   partitions); 512m lost a task result there and 768m did not, too thin a
+#   margin for a default (docs/operations.md, "Memory"). What the heap
+#   commits below it is bounded by jvm.DRIVER_YOUNG instead. Give
+#   spark.driver.memory in stream.spark_conf (or spark-submit's
+#   --driver-memory) to change it.
 # - RocksDB's memtables and block cache: one budget for every state store
 #   instance of the JVM instead of 64 MB write buffers per instance.
 # - glibc malloc in the Python workers: blocks of 1 MB and more (state
@@ -331,11 +343,27 @@ def collect_records(df) -> list[OutputRecord]:
     `df.collect()` gives them. Collected as Arrow (`toArrow`): `collect()`
     pickles every row field by field in the JVM (net.razorvine's Pickler,
     the JVM's largest share in a steady batch, docs/benchmarks.md) and
-    makes a Row of each in Python."""
-    table = df.toArrow()
-    columns = [table.column(name).to_pylist() for name in OutputRecord._fields]
-    del table  # (Arrow's copy of the batch: not held while the records are made)
-    return list(map(OutputRecord._make, zip(*columns)))
+    makes a Row of each in Python.
+
+    The records are made one Arrow record batch at a time (Spark's, ≤ 10,000
+    rows each), each let go of once made, and Arrow's allocator gives the
+    freed buffers back before the sinks run: it keeps freed segments for
+    reuse, so the whole table stayed resident beside the records and the
+    sinks' copies (~0.12 GB at 100 k partitions when every partition's
+    state goes out: docs/benchmarks.md, issue 23, branch `driverrss`)."""
+    batches = df.toArrow().to_batches()  # (the table: only these hold its buffers)
+    batches.reverse()  # popped from the end in the table's order
+    records: list[OutputRecord] = []
+    while batches:
+        records.extend(_records_of(batches.pop()))
+    trim.give_back()  # Arrow's freed segments (and the C heap's) before the sinks run
+    return records
+
+
+def _records_of(batch) -> list[OutputRecord]:
+    """One Arrow record batch's rows as OutputRecords."""
+    return list(map(OutputRecord._make, zip(
+        *[batch.column(name).to_pylist() for name in OutputRecord._fields])))
 
 
 def start(spark, settings: Settings, write_batch: Callable, source_df=None,

@@ -22,7 +22,17 @@ QUICK_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # and the batches after the first were not slower. ISR_SPARK_JAVA_OPTIONS
 # (or SPARK_SUBMIT_OPTS, JAVA_TOOL_OPTIONS, ...) choosing a compiler
 # (-XX:TieredStopAtLevel=4) or a collector (-XX:+UseG1GC) replaces that one.
-DRIVER_JVM = QUICK_START_JVM
+# And the serial collector's young generation at most 128 MB: by default it
+# is half the old one, which the collector grows to ~1.7x the heap's live
+# peak (the batch that collects every partition's state: 216-377 MB at
+# 100 k partitions), so the heap reached 0.8-0.9 GB of the 1g; capped, the
+# old generation may grow to ~0.9 GB (~0.68 GB before: more room for a
+# bigger cluster's batch) and the heap stays ~0.2 GB smaller in such a run,
+# with no more collector CPU the runs could see (docs/benchmarks.md, issue
+# 23, branch `driverrss`). Another collector chosen drops it too
+# (job.jvm_defaults): G1 sizes its young generation itself.
+DRIVER_YOUNG = "-XX:MaxNewSize=128m"
+DRIVER_JVM = f"{QUICK_START_JVM} {DRIVER_YOUNG}"
 
 
 # ------------------------------------------------------------ class archive
