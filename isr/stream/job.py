@@ -40,8 +40,9 @@ def driver_java_options(jars: Sequence[str] = (), write_archive: bool = False) -
     in them overflowed the default stack), our log4j2 configuration
     (absent when the package is imported from a zip), the JIT compiler,
     collector and young generation of jvm.DRIVER_JVM (the client compiler,
-    the serial collector, at most 128 MB young), each unless ISR_SPARK_JAVA_OPTIONS (appended last) or an
-    environment variable of JVM_OPTION_VARIABLES chooses its own, and the
+    the serial collector, at most 128 MB young), each unless
+    ISR_SPARK_JAVA_OPTIONS (appended last) or an environment variable of
+    JVM_OPTION_VARIABLES chooses its own, and the
     class archive of a JVM with these `jars` in spark.jars, written by this
     JVM if there is none and `write_archive` (jvm.driver_archive_options).
     spark.driver.extraJavaOptions in stream.spark_conf replaces them all."""
