@@ -12,6 +12,8 @@ nodes, docs/benchmarks.md "Spark's driver JVM start" for the driver).
   whoever saw that JVM exit cleanly renames into place. The kept name holds
   the archive's byte size, checked before every use: Java 17 dies of
   SIGBUS mapping a truncated archive, where it shrugs off any other bad one.
+  Of two writers of one key (two clusters started together) the second to
+  exit drops its copy.
 - Keyed by the real java binary and whatever the caller adds (its jars, its
   flags): another Java or other jars get an archive of their own. A JVM
   that still cannot map one (another base archive, a heap without
@@ -66,8 +68,8 @@ def files_key(paths: Iterable[str]) -> str:
 
 def find(archive_stem: Path) -> Optional[Path]:
     """The kept archive of `archive_stem` if it is whole (<stem>.<bytes>.jsa)."""
-    try:
-        candidates = list(archive_stem.parent.glob(f"{archive_stem.name}.*.jsa"))
+    try:  # (sorted: every JVM of a key maps the same one)
+        candidates = sorted(archive_stem.parent.glob(f"{archive_stem.name}.*.jsa"))
     except OSError:
         return None
     for path in candidates:
@@ -110,6 +112,13 @@ def keep(written: Optional[Path]) -> Optional[Path]:
     """After the writer's clean exit: its archive, whole, into place."""
     if not written or not written.name.endswith(".partial"):
         return None
+    # Another JVM of the same key kept one first (two clusters or sessions
+    # started together on a machine without the archive: seen in CI): the
+    # second copy would only take room, one more ~50-180 MB.
+    already = find(written.with_name(written.name.split(".")[0]))
+    if already is not None:
+        drop(written)
+        return already
     try:
         size = written.stat().st_size
         if size == 0:

@@ -39,6 +39,19 @@ def test_a_partial_archive_is_kept_whole_and_a_truncated_one_is_never_used(tmp_p
     assert jvmarchive.keep(empty) is None and not empty.exists()
 
 
+def test_two_writers_of_one_key_leave_one_archive(tmp_path):
+    """Two Kafka clusters (or Spark sessions) started together on a machine
+    without the archive each write one: the second to exit keeps none of
+    its own (CI left two ~50 MB copies of the brokers' archive)."""
+    stem = tmp_path / "classes-abc"
+    first, second = jvmarchive.partial(stem), jvmarchive.partial(stem)
+    first.write_bytes(b"x" * 1000)
+    second.write_bytes(b"y" * 1200)
+    kept = jvmarchive.keep(first)
+    assert jvmarchive.keep(second) == kept and not second.exists()
+    assert sorted(tmp_path.iterdir()) == [kept]
+
+
 def test_a_partial_archive_whose_process_is_gone_is_abandoned(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
