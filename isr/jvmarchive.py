@@ -115,7 +115,8 @@ def keep(written: Optional[Path]) -> Optional[Path]:
     # Another JVM of the same key kept one first (two clusters or sessions
     # started together on a machine without the archive: seen in CI): the
     # second copy would only take room, one more ~50-180 MB.
-    already = find(written.with_name(written.name.split(".")[0]))
+    archive_stem = written.with_name(written.name.split(".")[0])  # (partial's inverse)
+    already = find(archive_stem)
     if already is not None:
         drop(written)
         return already
@@ -123,7 +124,7 @@ def keep(written: Optional[Path]) -> Optional[Path]:
         size = written.stat().st_size
         if size == 0:
             raise OSError("empty")
-        kept = written.with_name(f"{written.name.split('.')[0]}.{size}.jsa")
+        kept = archive_stem.with_name(f"{archive_stem.name}.{size}.jsa")
         os.replace(written, kept)
         return kept
     except OSError:  # nothing written, or a cache we cannot write: next time
