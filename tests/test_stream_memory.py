@@ -39,7 +39,7 @@ def test_a_local_sessions_task_results_go_to_the_driver_directly(tmp_path):
     peaked ~110 MB lower. stream.spark_conf says otherwise."""
     got = session_conf(tmp_path, "local[1]")
     assert got == {"spark.task.maxDirectResultSize": "128m",
-                   "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "128"}
+                   "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "16"}
     got = session_conf(tmp_path, "local[1]",
                        'stream.spark_conf={"spark.task.maxDirectResultSize"="1m"}')
     assert got["spark.task.maxDirectResultSize"] == "1m"
@@ -51,7 +51,7 @@ def test_a_cluster_keeps_sparks_task_result_path():
     for master in ("spark://h:7077", "yarn", "k8s://https://h:6443"):
         conf = job.memory_defaults_for(master)
         assert "spark.task.maxDirectResultSize" not in conf
-        assert conf["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"] == "128"
+        assert conf["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"] == "16"
     assert job.memory_defaults_for("local[2]")["spark.task.maxDirectResultSize"] == "128m"
     assert job.memory_defaults_for(None)["spark.task.maxDirectResultSize"] == "128m"
 

@@ -70,6 +70,10 @@ JVM_OPTION_VARIABLES = ("SPARK_SUBMIT_OPTS", "JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTI
 # The options that size the young generation (jvm.DRIVER_YOUNG's family).
 YOUNG_GENERATION = ("-Xmn", "-XX:NewSize", "-XX:MaxNewSize", "-XX:NewRatio")
 
+# The heap's free-ratio bounds (jvm.DRIVER_HEAP_FREE): one family, as the
+# JVM refuses a MinHeapFreeRatio above the MaxHeapFreeRatio.
+HEAP_FREE = ("-XX:MinHeapFreeRatio", "-XX:MaxHeapFreeRatio")
+
 COLLECTOR = re.compile(
     r"-XX:\+Use(Serial|Parallel|ParallelOld|G1|Z|Shenandoah|Epsilon|ConcMarkSweep)GC")
 
@@ -90,11 +94,13 @@ def jvm_defaults(extra: list[str]) -> list[str]:
             return "collector"
         if option.startswith(YOUNG_GENERATION):
             return "young"
+        if option.startswith(HEAP_FREE):
+            return "heap free"
         return option
 
     chosen = {family(o) for o in extra}
     if any(COLLECTOR.fullmatch(o) and o != "-XX:+UseSerialGC" for o in extra):
-        chosen.add("young")
+        chosen |= {"young", "heap free"}
     return [o for o in DRIVER_JVM.split() if family(o) not in chosen]
 
 
@@ -108,14 +114,19 @@ def jvm_defaults(extra: list[str]) -> list[str]:
 #   spark.driver.memory in stream.spark_conf (or spark-submit's
 #   --driver-memory) to change it.
 # - RocksDB's memtables and block cache: one budget for every state store
-#   instance of the JVM instead of 64 MB write buffers per instance.
+#   instance of the JVM instead of 64 MB write buffers per instance. 16 MB:
+#   the store holds one row per bucket (a few MB each, ~67 bytes a
+#   partition); with 128 MB the memtables kept ~64 MB of rows already
+#   committed (Spark's reported state memory 67 MB at 100 k partitions, 15
+#   MB with 16: docs/benchmarks.md, issue 23, branch `jvmheap`). The cache
+#   is not a hard limit (a larger row is still read).
 # - glibc malloc in the Python workers: blocks of 1 MB and more (state
 #   rows, Arrow buffers, packed batches) are mmapped and given back when
 #   freed, instead of the dynamic threshold moving them into the heap, where
 #   their pages stayed (engineproc.py sets it for the engine processes too).
 MEMORY_DEFAULTS = {
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
-    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "128",
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "16",
     "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": "1048576",
 }
 
