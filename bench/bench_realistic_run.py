@@ -289,6 +289,8 @@ class Watch(threading.Thread):
             cmd = open(f"/proc/{pid}/cmdline", "rb").read()
         except OSError:
             return "other"
+        if not cmd:  # exiting (or its memory busy): keep the kind it had
+            return "other"
         if b"isr.stream.engineproc" in cmd:  # a bucket's engine process (engineproc.py)
             self.engines.add(pid)
         return "jvm" if b"java" in cmd.split(b"\0")[0] else "workers"

@@ -32,18 +32,18 @@ QUICK_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # 23, branch `driverrss`). Another collector chosen drops it too
 # (job.jvm_defaults): G1 sizes its young generation itself.
 DRIVER_YOUNG = "-XX:MaxNewSize=128m"
-# And the heap's free room after a full collection at least 20 % and at
-# most 40 % of it (the serial collector's defaults: 40 and 70 %): the old
-# generation then grows to ~1.25x the live set instead of ~1.67x, and gives
-# back what a batch that sent every partition's state left (the live peak
-# at 100 k partitions, 216-377 MB, is that batch's; between batches ~0.2
-# GB stay live). Measured at 100 k partitions: the heap's largest size
-# 0.80 -> 0.54 GB, the JVM's peak RSS ~0.2 GB lower, more full collections
-# at no JVM CPU the runs could see (docs/benchmarks.md, issue 23, branch
-# `jvmheap`). -XX:MinHeapFreeRatio or MaxHeapFreeRatio given elsewhere
-# replaces both (the JVM refuses a minimum above the maximum); another
-# collector drops them too (job.jvm_defaults).
-DRIVER_HEAP_FREE = "-XX:MinHeapFreeRatio=20 -XX:MaxHeapFreeRatio=40"
+# And at least 20 % of the heap free after a full collection (the JVM's
+# default: 40 %): the old generation then grows to ~1.25x the live set
+# instead of ~1.67x (the live peak, 216-377 MB at 100 k partitions, is the
+# batch that sends every partition's state). Measured at 100 k partitions:
+# the heap's largest size ~0.1-0.25 GB smaller, the JVM's peak RSS likewise,
+# a full collection more or so (docs/benchmarks.md, issue 23, branch
+# `jvmheap`; 20 % with MaxHeapFreeRatio=40, which also gave the room back
+# after such a batch, tripled the full collections). -XX:MinHeapFreeRatio
+# or MaxHeapFreeRatio given elsewhere replaces it (the JVM refuses a
+# minimum above the maximum); another collector drops it too
+# (job.jvm_defaults).
+DRIVER_HEAP_FREE = "-XX:MinHeapFreeRatio=20"
 DRIVER_JVM = f"{QUICK_START_JVM} {DRIVER_YOUNG} {DRIVER_HEAP_FREE}"
 
 
