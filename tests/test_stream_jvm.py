@@ -99,7 +99,7 @@ def test_the_driver_jvms_young_generation_is_bounded_unless_chosen_elsewhere(cle
 
 def test_the_driver_jvms_heap_keeps_less_free_room_unless_chosen_elsewhere(clean):
     """The serial collector keeps at least 20 % of the heap free after a full
-    collection instead of 40 % (the heap ~0.1-0.25 GB smaller at 100 k
+    collection instead of 40 % (the JVM's peak RSS ~0.1 GB lower at 100 k
     partitions); an operator's MinHeapFreeRatio or MaxHeapFreeRatio replaces
     it (the JVM refuses a minimum above the maximum), another collector
     drops it."""

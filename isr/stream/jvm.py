@@ -36,8 +36,9 @@ DRIVER_YOUNG = "-XX:MaxNewSize=128m"
 # default: 40 %): the old generation then grows to ~1.25x the live set
 # instead of ~1.67x (the live peak, 216-377 MB at 100 k partitions, is the
 # batch that sends every partition's state). Measured at 100 k partitions:
-# the heap's largest size ~0.1-0.25 GB smaller, the JVM's peak RSS likewise,
-# a full collection more or so (docs/benchmarks.md, issue 23, branch
+# the heap's largest size 0.60-0.63 GB instead of 0.63-0.70, the JVM's peak
+# RSS 0.08-0.12 GB lower (with RocksDB's smaller budget), 0-3 more full
+# collections, no CPU the runs could see (docs/benchmarks.md, issue 23, branch
 # `jvmheap`; 20 % with MaxHeapFreeRatio=40, which also gave the room back
 # after such a batch, tripled the full collections). -XX:MinHeapFreeRatio
 # or MaxHeapFreeRatio given elsewhere replaces it (the JVM refuses a
