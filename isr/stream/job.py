@@ -81,9 +81,10 @@ COLLECTOR = re.compile(
 def jvm_defaults(extra: list[str]) -> list[str]:
     """jvm.DRIVER_JVM's options that `extra` (JVM options) does not override:
     its compiler choice (-XX:TieredStopAtLevel, -XX:[+-]TieredCompilation),
-    its collector (-XX:+Use...GC: two collectors refuse to start) or its
-    young generation's size (-Xmn, -XX:NewSize, MaxNewSize, NewRatio; sized
-    for the serial collector, so another collector drops it too)."""
+    its collector (-XX:+Use...GC: two collectors refuse to start), its
+    young generation's size (-Xmn, -XX:NewSize, MaxNewSize, NewRatio) or its
+    heap's free ratio (-XX:MinHeapFreeRatio, MaxHeapFreeRatio); the last two
+    are sized for the serial collector, so another collector drops them too."""
     from isr.stream.jvm import DRIVER_JVM
 
     def family(option: str) -> str:
@@ -110,7 +111,7 @@ def jvm_defaults(extra: list[str]) -> list[str]:
 #   goes out in the batch, on top of ~0.1 GB: 216-377 MB live at 100 k
 #   partitions); 512m lost a task result there and 768m did not, too thin a
 #   margin for a default (docs/operations.md, "Memory"). What the heap
-#   commits below it is bounded by jvm.DRIVER_YOUNG instead. Give
+#   commits below it is bounded by jvm.DRIVER_YOUNG and DRIVER_HEAP_FREE instead. Give
 #   spark.driver.memory in stream.spark_conf (or spark-submit's
 #   --driver-memory) to change it.
 # - RocksDB's memtables and block cache: one budget for every state store
