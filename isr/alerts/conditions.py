@@ -133,9 +133,9 @@ def next_instant(w: Watch, v: PartitionView, P: RuleParams) -> Optional[tuple[Op
     due, of = None, -1
     if P.lagging:  # at T = -1 every crossing (a catch-up ts + limit + 1 > 0) is still ahead
         _, due, of = lag_crossings(v, -1, P)
-    if P.stalled:
-        t = stall_crossing(w, v, P)
-        if t is not None and (due is None or t < due):
+    if P.stalled and v.leader >= 0 and v.leader_leo > v.hw:  # stall_crossing, inline
+        t = w.stall.since + P.stall_ms + 1
+        if due is None or t < due:
             due, of = t, -1
     if P.silent and w.last_event_ts >= 0:
         t = w.last_event_ts + P.silent_ms + 1
@@ -156,9 +156,12 @@ def lag_crossings(v: PartitionView, T: int, P: RuleParams
         f = followers.get(r)
         if f is None:
             continue  # the leader itself
-        t = lag_crossing(f, leader_leo, limit)
-        if t is None:
+        # lag_crossing(f, leader_leo, limit), inline (this loop runs for
+        # every instant looked for: a call per follower was most of it)
+        caught_up = f.last_caught_up_ts
+        if caught_up <= 0 or (f.leo == leader_leo and leader_leo >= 0):
             continue
+        t = caught_up + limit + 1
         if t <= T:
             lagging.append((r, (r, lag_ms(f, leader_leo, T), limit, f.leo, leader_leo)))
         elif due is None or t < due:

@@ -331,8 +331,10 @@ class AlertEvaluator:
                 f = followers.get(r)
                 if f is None or f.leo != old_leo:
                     continue  # the leader, or its instant is in `due` already
-                t = lag_crossing(f, leader_leo, limit)
-                if t is not None:
+                # lag_crossing(f, leader_leo, limit), inline
+                caught_up = f.last_caught_up_ts
+                if caught_up > 0 and (old_leo != leader_leo or old_leo < 0):
+                    t = caught_up + limit + 1
                     if t <= ts:
                         return False
                     if due is None or t < due:
