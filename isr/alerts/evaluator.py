@@ -347,8 +347,8 @@ class AlertEvaluator:
         crossed its limit (a stall that a fetch began, raising the LEO, may
         be over it), and `due` brought forward to the lags' instant `due`
         or the stall's."""
-        t = stall_crossing(w, model, params) if params.stalled else None
-        if t is not None:
+        if params.stalled and model.leader >= 0 and model.leader_leo > model.hw:
+            t = w.stall.since + params.stall_ms + 1  # stall_crossing, inline
             if t <= ts:
                 return False
             if due is None or t < due:
