@@ -21,7 +21,7 @@ from typing import Literal, Optional
 from isr.contract.catalog import CATALOG, RULES
 from isr.alerts.conditions import (PARTITION, RuleParams, describe, isr_conditions,
                                    lag_crossing, lag_crossings, lag_floor, next_instant, scan,
-                                   stall_crossing, still_lagging)
+                                   still_lagging)
 from isr.alerts.watch import EMPTY, NEVER, AtChange, PartitionView, Watch, own
 from isr.config import AlertSettings
 from isr.contract.decisions import Alert, IsrChange
