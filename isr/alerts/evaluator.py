@@ -21,7 +21,7 @@ from typing import Literal, Optional
 from isr.contract.catalog import CATALOG, RULES
 from isr.alerts.conditions import (PARTITION, RuleParams, describe, isr_conditions,
                                    lag_crossing, lag_crossings, lag_floor, next_instant, scan,
-                                   stall_crossing, still_lagging)
+                                   still_lagging)
 from isr.alerts.watch import EMPTY, NEVER, AtChange, PartitionView, Watch, own
 from isr.config import AlertSettings
 from isr.contract.decisions import Alert, IsrChange
@@ -331,8 +331,10 @@ class AlertEvaluator:
                 f = followers.get(r)
                 if f is None or f.leo != old_leo:
                     continue  # the leader, or its instant is in `due` already
-                t = lag_crossing(f, leader_leo, limit)
-                if t is not None:
+                # lag_crossing(f, leader_leo, limit), inline
+                caught_up = f.last_caught_up_ts
+                if caught_up > 0 and (old_leo != leader_leo or old_leo < 0):
+                    t = caught_up + limit + 1
                     if t <= ts:
                         return False
                     if due is None or t < due:
@@ -345,8 +347,8 @@ class AlertEvaluator:
         crossed its limit (a stall that a fetch began, raising the LEO, may
         be over it), and `due` brought forward to the lags' instant `due`
         or the stall's."""
-        t = stall_crossing(w, model, params) if params.stalled else None
-        if t is not None:
+        if params.stalled and model.leader >= 0 and model.leader_leo > model.hw:
+            t = w.stall.since + params.stall_ms + 1  # stall_crossing, inline
             if t <= ts:
                 return False
             if due is None or t < due:

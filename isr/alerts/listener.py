@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import Optional
 
 from isr.alerts.evaluator import AlertEvaluator
-from isr.alerts.watch import Watch
+from isr.alerts.watch import NEVER, Watch
 from isr.config import AlertSettings
 from isr.engine.listeners import Listener
-from isr.model.rules import at_leader_leo
 
 
 class AlertListener(Listener):
@@ -103,8 +102,8 @@ class AlertListener(Listener):
         else:
             self.evaluator.after_event(w, model, event, out)
 
-    def on_fetch(self, model, replica: int, ts: int, fetch_ts: int, outcome,
-                 out: Optional[list]) -> Optional[bool]:
+    def on_fetch(self, model, replica: int, ts: int, fetch_ts: int = NEVER, outcome=None,
+                 out: Optional[list] = None) -> Optional[bool]:
         """Most fetches end at the first test, with no call. It is the rule,
         kept here once, of a *plain* fetch: one served in time that changed
         no ISR and changes nothing the alerts read but times, so that what
@@ -122,7 +121,10 @@ class AlertListener(Listener):
         Anything else goes to after_fetch (its _quiet_fetch is the same rule
         with an alert active or a lag instant to take).
 
-        `out` None: a dry run for skips_fetch, changing nothing. The fetch is
+        `out` None: a dry run, changing nothing: skips_fetch is this method
+        (one call per fetch asked, not two), called with (model, replica,
+        ts) alone, so `fetch_ts` defaults to a time that reads as served in
+        time (the session driver checks quiet_serve_ms itself). The fetch is
         then not applied yet and leaves its follower at the leader's LEO
         (sessions.py, `_folds`); it is plain if the rule holds of the model
         as it stands and the HW is as noted (the fold would move it unseen)."""
@@ -130,17 +132,27 @@ class AlertListener(Listener):
         if outcome is None:
             leader_leo = model.leader_leo
             if (ts < w.quiet_to and leader_leo == w.leader_leo and replica != w.due_lag
-                    and ts - fetch_ts <= self.serve_ms
+                    and fetch_ts >= ts - self.serve_ms  # served in time
                     and len(model.replicas) == w.replica_count):
                 f = model.followers.get(replica)
-                if f is not None and (f.last_caught_up_ts >= w.lag_floor
-                                      or f.last_caught_up_ts <= 0
-                                      or at_leader_leo(f, leader_leo)):
+                # (at_leader_leo, inline and first: most followers fetched
+                # are at the LEO, and a quiet partition's lag_floor lies far
+                # ahead of their last catch-up)
+                if f is not None and ((f.leo == leader_leo and leader_leo >= 0)
+                                      or f.last_caught_up_ts >= w.lag_floor
+                                      or f.last_caught_up_ts <= 0):
                     hw, stall = model.hw, w.stall
                     if hw != stall.hw or (leader_leo > hw) != stall.behind:
                         if out is None:
                             return False
-                        stall.note(hw, leader_leo, ts)
+                        # stall.note(hw, leader_leo, ts), inline (a third of
+                        # the fetches of a busy partition move its HW): the
+                        # stretch starts again where the HW moved or fell
+                        # behind the LEO.
+                        behind = leader_leo > hw
+                        if behind or hw != stall.hw:
+                            stall.since = ts
+                        stall.hw, stall.behind = hw, behind
                     elif out is None:
                         return True
                     self.dirty[w] = w
@@ -180,10 +192,8 @@ class AlertListener(Listener):
             return False
         return not (model.watch or self._watch(model)).alerts
 
-    def skips_fetch(self, model, replica: int, ts: int) -> bool:
-        # A plain fetch: on_fetch's rule, as a dry run (served in time: the
-        # session driver checks quiet_serve_ms).
-        return bool(self.on_fetch(model, replica, ts, ts, None, None))
+    # A plain fetch: on_fetch's rule, as a dry run (True: plain, False: not).
+    skips_fetch = on_fetch  # type: ignore[assignment]
 
     def quiet_serve_ms(self) -> Optional[int]:
         return self.evaluator.serve_ms

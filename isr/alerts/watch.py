@@ -87,10 +87,10 @@ class Watch:
                  "lag_floor", "quiet_to", "held", "open_t")
 
     def __init__(self, cluster: str, topic: str, partition: int, policy: str) -> None:
-        # Interned: a watch restored from a row shares its names with the
-        # other partitions' (as a model's do: isr/model/partition.py).
-        self.cluster, self.topic, self.partition, self.policy = (
-            intern(cluster), intern(topic), partition, intern(policy))
+        # The names are shared with the other partitions': a watch made for
+        # a model takes the model's (interned: isr/model/partition.py), one
+        # restored from a row interns them (from_list).
+        self.cluster, self.topic, self.partition, self.policy = cluster, topic, partition, policy
         self.t = -1                  # last instant evaluated
         self.due: Optional[int] = None  # next instant where a condition may flip by itself
         # The follower whose FollowerLagging crossing `due` is (-1: none
@@ -156,7 +156,7 @@ class Watch:
     def from_list(cls, values: list) -> "Watch":
         (cluster, topic, partition, policy, t, due, hw, behind, since, last_event_ts,
          served, unserved, reported, flaps, alerts) = values[:15]
-        w = cls(cluster, topic, partition, policy)
+        w = cls(intern(cluster), intern(topic), partition, intern(policy))
         w.t, w.due = t, due
         if len(values) > 15:  # a row written before due_lag keeps -1 (none known)
             w.due_lag = values[15]
