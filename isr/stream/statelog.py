@@ -60,6 +60,7 @@ LAYOUT = 3
 MAGIC = b"isr-state-layout:"
 _HEAD = MAGIC + b"3\n"
 _HEAD_2 = MAGIC + b"2\n"  # layout 2: migrated (the same header, deltas of engine state 3)
+QUEUE_SLICE_MS = 1000  # a batch's queued events are written in chunks of this much ts (_chunks)
 COMPACT_AFTER = 16  # deltas at most in a row's log
 LOG_SHARE = 0.5  # a new snapshot once the log is this share of the snapshot's size
 DIRTY_SHARE = 0.5  # ... or this share of the models changed in one batch
@@ -202,6 +203,24 @@ def _segments(blob: bytes, header: dict, at: int) -> tuple[bytes, list, list]:
     return snap, log, chunks
 
 
+def _chunks(events: list, watermark: int) -> list:
+    """The queue chunks of a batch's `events`: one per QUEUE_SLICE_MS of ts, so
+    that a watermark passing the smallest ts of a chunk decodes one slice of
+    the batch's events, not all (`undefer`; the part of a chunk at or after
+    the watermark is decoded again at the next call: at most a slice). A
+    slice wholly before the `watermark` was applied: not written."""
+    slices: dict[int, list] = {}
+    for e in events:
+        key = e[0] // QUEUE_SLICE_MS
+        got = slices.get(key)
+        if got is None:
+            slices[key] = [e]
+        else:
+            got.append(e)
+    first = watermark // QUEUE_SLICE_MS  # the slices before it end before the watermark
+    return [_chunk(slices[key]) for key in sorted(slices) if key >= first]
+
+
 def _chunk(events: list) -> list:
     """A queue chunk of `events` (ts, seq, raw, origin): [max ts, bytes, min ts]."""
     stamps = [e[0] for e in events]
@@ -299,7 +318,7 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
     if engine.sequencer.queued or stored.bucket.deferred:
         stored.chunks = [c for c in stored.chunks if c[0] >= watermark]
         if arrived:
-            stored.chunks.append(_chunk(arrived))
+            stored.chunks.extend(_chunks(arrived, watermark))
         _defer_queue(stored)
     else:
         stored.chunks = []  # all applied (the end of a bounded input)
