@@ -13,17 +13,19 @@ segments' sizes, in order:
 - the log: one delta per micro-batch since the snapshot (snapshot.delta:
   the models and listener entries that changed, and what changed in each
   session that changed: its fetches logged and cached entries set), zstd;
-- the queue: one chunk per micro-batch, the events it queued for the
-  watermark (pickled, zstd), with the largest and the smallest ts in it. A
-  chunk is dropped once the watermark has passed it; a restore keeps the
-  events at or after the watermark (those before were applied), and decodes
-  a chunk only when a batch's watermark passes its smallest ts (or the input
-  ends): until then it stays bytes (`Bucket.deferred`), so that a rebuild
-  costs what the batch releases, not the whole queue held (a bucket whose
-  queue spans the allowed lateness of many partitions' events).
+- the queue: the events each micro-batch queued for the watermark, one
+  chunk per QUEUE_SLICE_MS of their ts (pickled, zstd), with the largest and
+  the smallest ts in it. A chunk is dropped once the watermark has passed it;
+  a restore keeps the events at or after the watermark (those before were
+  applied), and decodes a chunk only when a batch's watermark passes its
+  smallest ts (or the input ends): until then it stays bytes
+  (`Bucket.deferred`), so that a rebuild costs what the batch releases, not
+  the whole queue held (a bucket whose queue spans the allowed lateness of
+  many partitions' events). The engine kept between batches holds its queue
+  the same way (`_defer_queue`): as the chunks, not as decoded events.
 
 A save re-uses every segment as it is and appends only the batch's delta
-and chunk; every COMPACT_AFTER deltas, or when the log grows past half the
+and chunks; every COMPACT_AFTER deltas, or when the log grows past half the
 snapshot, or when most models changed, it writes a new snapshot instead.
 
 The worker keeps each bucket's engine with the version it last saved
@@ -276,6 +278,22 @@ def _defer_queue(stored: Stored) -> None:
         stored.bucket.deferred = list(stored.chunks)
 
 
+def hold_arrived(bucket) -> None:
+    """Once a batch's events are queued, before the watermark moves: write
+    them as the row's queue chunks now (`_chunks`) and hold them as those
+    (`bucket.deferred`: the watermark about to move decodes the slices it
+    reaches), not as events for the rest of the call. Only when the queue
+    holds nothing but the batch's events (the engine kept or restored
+    deferred all the rest); else the save writes them."""
+    queued, arrived = bucket.engine.sequencer.queued, bucket.arrived
+    if not arrived or len(queued) != len(arrived):
+        return
+    bucket.written = _chunks(arrived, bucket.engine.sequencer.external_watermark)
+    bucket.deferred.extend(bucket.written)
+    bucket.engine.sequencer.queued = []
+    bucket.arrived = []
+
+
 def _apply_log(bucket, entries: list, chunks: list) -> None:
     """The row's deltas `entries` (decompressed, or decoded by
     snapshot.fold_log) applied in order, then its queue; the engine then
@@ -316,12 +334,14 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
     engine = stored.bucket.engine
     watermark = engine.sequencer.external_watermark
     if engine.sequencer.queued or stored.bucket.deferred:
-        stored.chunks = [c for c in stored.chunks if c[0] >= watermark]
+        stored.chunks = [c for c in stored.chunks + stored.bucket.written
+                         if c[0] >= watermark]
         if arrived:
             stored.chunks.extend(_chunks(arrived, watermark))
         _defer_queue(stored)
     else:
         stored.chunks = []  # all applied (the end of a bounded input)
+    stored.bucket.written = []
     models = sum(len(parts) for parts in engine.partitions.values())
     if (stored.snapshot is None or engine.unclaimed or len(stored.log) >= COMPACT_AFTER
             or stored.log_bytes > LOG_SHARE * len(stored.snapshot)
