@@ -420,6 +420,62 @@ def test_a_rebuild_leaves_the_chunks_no_watermark_passes_undecoded():
     assert max(deferred) >= 2  # the last batches' chunks, still ahead of the watermark
 
 
+def test_between_calls_the_queue_is_held_as_its_chunks_one_a_slice_of_ts():
+    """The engine kept between calls holds its queue as the row's chunks
+    (bytes), not as decoded events: the next call decodes a chunk once its
+    watermark passes the chunk's smallest ts (statelog._defer_queue; issue
+    23, branch `queuemem`). A batch's events are written one chunk per
+    QUEUE_SLICE_MS of ts, so a call decodes the slices its watermark
+    reaches, not the batch's whole queue. The outputs are the layout-1
+    round trip's, batch by batch."""
+    events = workload(partitions=2, seconds=12)
+    batches = batches_of(events, list(range(0, len(events), 20)))  # ~1.7 s a batch, 1 s lateness
+    expected = dump(layout1_run(batches))
+    p = BucketProcessor(MONITOR)
+    state, out, first, held = State(), [], 0, []
+    statelog._CACHE.clear()
+    for values in batches:
+        out.append(_call(p, LAYOUT, iter(rows(values, first)), state, ("q",)))
+        first += len(values)
+        stored = statelog._CACHE[("q", *LAYOUT)]
+        assert stored.bucket.engine.sequencer.queued == []
+        assert stored.bucket.deferred == stored.chunks
+        slice_ms = statelog.QUEUE_SLICE_MS
+        assert all(c[2] // slice_ms == c[0] // slice_ms for c in stored.chunks)
+        held.append(len(stored.chunks))
+    statelog._CACHE.clear()
+    assert dump(out) == expected
+    assert max(held) >= 2  # a batch's events ahead of the watermark in two slices
+
+
+def test_a_batchs_events_are_written_as_chunks_before_the_watermark_moves(monkeypatch):
+    """A call writes its batch's queued events to the row's chunks as soon
+    as they are queued, and holds them as those (statelog.hold_arrived): when
+    the watermark moves, neither `bucket.arrived` nor the sequencer holds
+    them as events (the slices the watermark reaches are decoded then). The
+    outputs are the layout-1 round trip's, batch by batch."""
+    events = workload(partitions=2, seconds=12)
+    batches = batches_of(events, list(range(0, len(events), 20)))
+    expected = dump(layout1_run(batches))
+    seen = []
+    undefer = statelog.undefer
+
+    def watched(bucket, until):
+        seen.append((len(bucket.arrived), len(bucket.engine.sequencer.queued)))
+        undefer(bucket, until)
+
+    monkeypatch.setattr(statelog, "undefer", watched)
+    p = BucketProcessor(MONITOR)
+    state, out, first = State(), [], 0
+    statelog._CACHE.clear()
+    for values in batches:
+        out.append(_call(p, LAYOUT, iter(rows(values, first)), state, ("h",)))
+        first += len(values)
+    statelog._CACHE.clear()
+    assert dump(out) == expected
+    assert len(seen) == len(batches) and set(seen) == {(0, 0)}
+
+
 @pytest.mark.parametrize("retry", [False, True])
 @pytest.mark.parametrize("engine_process", ["1", "0"])
 def test_the_buckets_engine_process_outputs_as_layout_1(tmp_path, monkeypatch, retry,

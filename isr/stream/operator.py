@@ -66,7 +66,7 @@ class Bucket:
     """One state key: its engine, and its layout (bucket index, number of
     buckets) so that a checkpoint is never read with another one."""
 
-    __slots__ = ("engine", "touched", "layout", "arrived", "deferred")
+    __slots__ = ("engine", "touched", "layout", "arrived", "deferred", "written")
 
     def __init__(self, engine: LocalEngine, touched: StateThrottle,
                  layout: Optional[tuple[int, int]] = None) -> None:
@@ -75,6 +75,9 @@ class Bucket:
         self.arrived: list[tuple] = []
         # Queue chunks of the row not decoded yet (statelog.undefer).
         self.deferred: list[list] = []
+        # The queue chunks of this batch's events, written before the
+        # watermark moved (statelog.hold_arrived), for the save.
+        self.written: list[list] = []
 
     @property
     def watermark(self) -> int:
@@ -154,7 +157,8 @@ class BucketProcessor:
              snapshot.queued_raw(engine)), protocol=5))
 
     def process(self, bucket_id: int, bucket: Bucket, table, hold: Optional[int],
-                hand_over: Optional[Callable[[list], None]] = None) -> list[OutputRecord]:
+                hand_over: Optional[Callable[[list], None]] = None,
+                queued: Optional[Callable[[Bucket], None]] = None) -> list[OutputRecord]:
         """Apply one batch's packed records (an Arrow table of packing's
         columns, in arrival order). Records older than the bucket's watermark
         (what the batches before reached) are late. Then the watermark moves
@@ -163,47 +167,18 @@ class BucketProcessor:
         so what lies below is applied now. `hand_over`: takes the output
         records made so far, in order, whenever REPLY_ROWS of them are
         ready once the batch is applied, and empties the list (the engine
-        process writes them to the worker: _emit); the rest are returned."""
+        process writes them to the worker: _emit); the rest are returned.
+        `queued`: called once the batch's events are queued, before the
+        watermark moves (statelog.hold_arrived writes them to the row's queue
+        chunks there, and lets go of them)."""
         engine = bucket.engine
         dead: list[DeadLetter] = []
-        end_ts = None
-        flush = False
         self._speak_for_sessions(engine, bucket.layout)
         bucket.touched.begin(bucket.watermark)
-        arrived = bucket.arrived = []
-        plain, table = _split_plain(table, bucket.watermark)
-        if plain is not None:  # events none of which is late: queued at once
-            arrived.extend(zip(plain["ts"], plain["seq"], plain["value"],
-                               zip(plain["source"], plain["offset"], plain["value"])))
-            engine.queue_raw(arrived, plain["max_ts"])
-        cols = {name: table.column(name).to_pylist() for name in PACK_COLUMNS}
-        sources, offsets, reasons = cols["source"], cols["offset"], cols["reason"]
-        ts_of = cols["ts"]
-        shared, wholes = cols["shared"], cols["whole"]
-        submit = engine.submit_raw
-        for i, value in enumerate(cols["value"]):
-            end = cols["end_ts"][i]
-            if end is not None:
-                end_ts = end if end_ts is None else max(end_ts, end)
-                continue
-            if reasons[i] is not None:  # rejected when it was packed
-                dead.append(DeadLetter.of(sources[i], offsets[i], value, reasons[i],
-                                          cols["reason_class"][i]))
-                continue
-            if value == END_OF_RUN:  # packed as such only from the source's own row
-                flush = True
-                continue
-            origin: Optional[tuple[str, int, bytes]] = (sources[i], offsets[i], value)
-            if shared[i]:  # one bucket's share of a fetch session: one bucket reports it
-                whole = wholes[i]
-                origin = None if whole is None else (sources[i], offsets[i], whole)
-            # Validated by the packing stage: decoded when the watermark releases it.
-            outcome = submit(ts_of[i], value, cols["seq"][i], origin)
-            if outcome.status == LATE:
-                if origin is not None:  # a share without it: another bucket reports it
-                    dead.append(DeadLetter.of(*origin, outcome.reason, LATE))
-            else:
-                arrived.append((ts_of[i], cols["seq"][i], value, origin))
+        end_ts, flush = _admit(engine, bucket, table, dead)
+        del table
+        if queued is not None:
+            queued(bucket)
 
         def on_reject(origin: Optional[tuple[str, int, bytes]], reason: str) -> None:
             if origin is not None:  # a share without it: another bucket reports it
@@ -331,6 +306,51 @@ def _json_list(texts: list[str]) -> str:
     encode writes it (no spaces, elements comma-separated), from the texts
     themselves: neither the values nor the array's bytes beside its text."""
     return "[" + ",".join(texts) + "]"
+
+
+def _admit(engine: LocalEngine, bucket: Bucket, table, dead: list) -> tuple:
+    """Offer the batch's packed records to the engine's sequencer, in
+    arrival order: (the end of input's ts or None, whether the run ends).
+    The events queued go to `bucket.arrived` as well, the others to `dead`;
+    the batch's columns as lists are let go of on return (their events are
+    then held by the queue and `bucket.arrived` only)."""
+    end_ts = None
+    flush = False
+    arrived = bucket.arrived = []
+    plain, table = _split_plain(table, bucket.watermark)
+    if plain is not None:  # events none of which is late: queued at once
+        arrived.extend(zip(plain["ts"], plain["seq"], plain["value"],
+                           zip(plain["source"], plain["offset"], plain["value"])))
+        engine.queue_raw(arrived, plain["max_ts"])
+    cols = {name: table.column(name).to_pylist() for name in PACK_COLUMNS}
+    sources, offsets, reasons = cols["source"], cols["offset"], cols["reason"]
+    ts_of = cols["ts"]
+    shared, wholes = cols["shared"], cols["whole"]
+    submit = engine.submit_raw
+    for i, value in enumerate(cols["value"]):
+        end = cols["end_ts"][i]
+        if end is not None:
+            end_ts = end if end_ts is None else max(end_ts, end)
+            continue
+        if reasons[i] is not None:  # rejected when it was packed
+            dead.append(DeadLetter.of(sources[i], offsets[i], value, reasons[i],
+                                      cols["reason_class"][i]))
+            continue
+        if value == END_OF_RUN:  # packed as such only from the source's own row
+            flush = True
+            continue
+        origin: Optional[tuple[str, int, bytes]] = (sources[i], offsets[i], value)
+        if shared[i]:  # one bucket's share of a fetch session: one bucket reports it
+            whole = wholes[i]
+            origin = None if whole is None else (sources[i], offsets[i], whole)
+        # Validated by the packing stage: decoded when the watermark releases it.
+        outcome = submit(ts_of[i], value, cols["seq"][i], origin)
+        if outcome.status == LATE:
+            if origin is not None:  # a share without it: another bucket reports it
+                dead.append(DeadLetter.of(*origin, outcome.reason, LATE))
+        else:
+            arrived.append((ts_of[i], cols["seq"][i], value, origin))
+    return end_ts, flush
 
 
 def _split_plain(table, watermark: int):
@@ -464,7 +484,7 @@ def _call_rows(processor: BucketProcessor, layout: tuple[int, int], blob: Option
         stored = statelog.load(processor, blob, layout, key)
         bucket = stored.bucket
         rows = processor.process(layout[0], bucket, unpack(packs), hold_of(summaries),
-                                 hand_over)
+                                 hand_over, statelog.hold_arrived)
         if hand_over is not None:
             hand_over(rows)
         row = statelog.save(stored, bucket.arrived, key)

@@ -13,17 +13,19 @@ segments' sizes, in order:
 - the log: one delta per micro-batch since the snapshot (snapshot.delta:
   the models and listener entries that changed, and what changed in each
   session that changed: its fetches logged and cached entries set), zstd;
-- the queue: one chunk per micro-batch, the events it queued for the
-  watermark (pickled, zstd), with the largest and the smallest ts in it. A
-  chunk is dropped once the watermark has passed it; a restore keeps the
-  events at or after the watermark (those before were applied), and decodes
-  a chunk only when a batch's watermark passes its smallest ts (or the input
-  ends): until then it stays bytes (`Bucket.deferred`), so that a rebuild
-  costs what the batch releases, not the whole queue held (a bucket whose
-  queue spans the allowed lateness of many partitions' events).
+- the queue: the events each micro-batch queued for the watermark, one
+  chunk per QUEUE_SLICE_MS of their ts (pickled, zstd), with the largest and
+  the smallest ts in it. A chunk is dropped once the watermark has passed it;
+  a restore keeps the events at or after the watermark (those before were
+  applied), and decodes a chunk only when a batch's watermark passes its
+  smallest ts (or the input ends): until then it stays bytes
+  (`Bucket.deferred`), so that a rebuild costs what the batch releases, not
+  the whole queue held (a bucket whose queue spans the allowed lateness of
+  many partitions' events). The engine kept between batches holds its queue
+  the same way (`_defer_queue`): as the chunks, not as decoded events.
 
 A save re-uses every segment as it is and appends only the batch's delta
-and chunk; every COMPACT_AFTER deltas, or when the log grows past half the
+and chunks; every COMPACT_AFTER deltas, or when the log grows past half the
 snapshot, or when most models changed, it writes a new snapshot instead.
 
 The worker keeps each bucket's engine with the version it last saved
@@ -60,6 +62,7 @@ LAYOUT = 3
 MAGIC = b"isr-state-layout:"
 _HEAD = MAGIC + b"3\n"
 _HEAD_2 = MAGIC + b"2\n"  # layout 2: migrated (the same header, deltas of engine state 3)
+QUEUE_SLICE_MS = 1000  # a batch's queued events are written in chunks of this much ts (_chunks)
 COMPACT_AFTER = 16  # deltas at most in a row's log
 LOG_SHARE = 0.5  # a new snapshot once the log is this share of the snapshot's size
 DIRTY_SHARE = 0.5  # ... or this share of the models changed in one batch
@@ -202,6 +205,24 @@ def _segments(blob: bytes, header: dict, at: int) -> tuple[bytes, list, list]:
     return snap, log, chunks
 
 
+def _chunks(events: list, watermark: int) -> list:
+    """The queue chunks of a batch's `events`: one per QUEUE_SLICE_MS of ts, so
+    that a watermark passing the smallest ts of a chunk decodes one slice of
+    the batch's events, not all (`undefer`; the part of a chunk at or after
+    the watermark is decoded again at the next call: at most a slice). A
+    slice wholly before the `watermark` was applied: not written."""
+    slices: dict[int, list] = {}
+    for e in events:
+        key = e[0] // QUEUE_SLICE_MS
+        got = slices.get(key)
+        if got is None:
+            slices[key] = [e]
+        else:
+            got.append(e)
+    first = watermark // QUEUE_SLICE_MS  # the slices before it end before the watermark
+    return [_chunk(slices[key]) for key in sorted(slices) if key >= first]
+
+
 def _chunk(events: list) -> list:
     """A queue chunk of `events` (ts, seq, raw, origin): [max ts, bytes, min ts]."""
     stamps = [e[0] for e in events]
@@ -240,6 +261,37 @@ def undefer(bucket, until: Optional[int]) -> None:
     if due:
         bucket.deferred = [] if until is None else [c for c in deferred if c[2] >= until]
         _decode_chunks(bucket.engine.sequencer, due)
+
+
+def _defer_queue(stored: Stored) -> None:
+    """Between calls the queue is held as the row's chunks (bytes, ~15× smaller
+    than the decoded events: ~4 MB against ~60 MB a bucket at 50 k
+    partitions), not as the events: the engine kept is then the one a
+    restore from the row makes (`_requeue`), decoded by `undefer` as a
+    watermark passes each chunk. Exact as a restore is: every queued event is
+    in a kept chunk (a batch's arrived events are its chunk; a chunk is
+    dropped only once the watermark passed its largest ts), and the events
+    of a chunk before the watermark were applied. A chunk of an older row
+    without its smallest ts cannot be deferred: then the queue stays decoded."""
+    if all(len(c) > 2 for c in stored.chunks):
+        stored.bucket.engine.sequencer.queued = []
+        stored.bucket.deferred = list(stored.chunks)
+
+
+def hold_arrived(bucket) -> None:
+    """Once a batch's events are queued, before the watermark moves: write
+    them as the row's queue chunks now (`_chunks`) and hold them as those
+    (`bucket.deferred`: the watermark about to move decodes the slices it
+    reaches), not as events for the rest of the call. Only when the queue
+    holds nothing but the batch's events (the engine kept or restored
+    deferred all the rest); else the save writes them."""
+    queued, arrived = bucket.engine.sequencer.queued, bucket.arrived
+    if not arrived or len(queued) != len(arrived):
+        return
+    bucket.written = _chunks(arrived, bucket.engine.sequencer.external_watermark)
+    bucket.deferred.extend(bucket.written)
+    bucket.engine.sequencer.queued = []
+    bucket.arrived = []
 
 
 def _apply_log(bucket, entries: list, chunks: list) -> None:
@@ -282,11 +334,14 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
     engine = stored.bucket.engine
     watermark = engine.sequencer.external_watermark
     if engine.sequencer.queued or stored.bucket.deferred:
-        stored.chunks = [c for c in stored.chunks if c[0] >= watermark]
+        stored.chunks = [c for c in stored.chunks + stored.bucket.written
+                         if c[0] >= watermark]
         if arrived:
-            stored.chunks.append(_chunk(arrived))
+            stored.chunks.extend(_chunks(arrived, watermark))
+        _defer_queue(stored)
     else:
         stored.chunks = []  # all applied (the end of a bounded input)
+    stored.bucket.written = []
     models = sum(len(parts) for parts in engine.partitions.values())
     if (stored.snapshot is None or engine.unclaimed or len(stored.log) >= COMPACT_AFTER
             or stored.log_bytes > LOG_SHARE * len(stored.snapshot)
