@@ -64,11 +64,6 @@ class Listener:
         input (None: none). Override it with skips_quiet_fetches."""
         return None
 
-    # True: skips_quiet_fetches and skips_fetch are True whatever the model
-    # and the fetch, so the engine does not ask them (they would be asked for
-    # every fetch a session catch-up folds or applies).
-    always_skips_quiet_fetches = False
-
     def skips_quiet_fetches(self, model) -> bool:
         """Whether this listener may miss `model`'s fetches that move only a
         follower's times. By default only if it does not hear events at all."""

@@ -161,9 +161,8 @@ class LocalEngine:
         # Fetch sessions (sessions.py): what a listener needs of the fetches
         # catching up may skip.
         self._next_due = hooks(self.listeners, "next_due")
-        asked = [l for l in self.listeners if not l.always_skips_quiet_fetches]
-        self._skips = [l.skips_quiet_fetches for l in asked]
-        self._skips_fetch = [l.skips_fetch for l in asked]
+        self._skips = [l.skips_quiet_fetches for l in self.listeners]
+        self._skips_fetch = [l.skips_fetch for l in self.listeners]
         serve = [l.quiet_serve_ms() for l in self.listeners]
         self.quiet_serve_ms = min((b for b in serve if b is not None), default=None)
         self.session_driver = SessionDriver(self)

@@ -233,14 +233,15 @@ class BucketProcessor:
             states = _StatesOnce(self.several)
             if self.partition_metrics and touched:
                 keys = bucket.touched.metrics_keys(
-                    touched, _standing(engine), wm,
+                    touched, lambda key: self._models(engine, key, False), wm,
                     engine.session_driver.sessions.by_sid)
                 if keys:
                     internal.append(OutputRecord(
                         PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
                         _json_list([states(m).value for key in keys
                                     for m in models_of(key)])))
-            due = bucket.touched.due(_standing(engine), wm, flush, engine.current)
+            due = bucket.touched.due(lambda key: self._models(engine, key, False), wm, flush,
+                                     engine.current)
             return self._emit(engine, (states.take(m) for m in due), dead, internal,
                               hand_over)
         finally:
@@ -258,14 +259,14 @@ class BucketProcessor:
             lambda ev: session_home(ev.cluster, ev.leader, buckets) == index)
 
     @staticmethod
-    def _models(engine: LocalEngine, key: tuple):
+    def _models(engine: LocalEngine, key: tuple, current: bool = True):
         """The partition's models, each up to date (its session fetches and
-        the checks the deadline index skipped) before it is shown (as they
-        stand: `_standing`)."""
+        the checks the deadline index skipped) before it is shown
+        (`current`), else as they stand."""
         for policy in engine.policies:
             m = engine.partitions[policy].get(key)
             if m is not None:
-                yield engine.current(m)
+                yield engine.current(m) if current else m
 
     def _emit(self, engine: LocalEngine, states: Iterable[OutputRecord],
               dead: list[DeadLetter], internal: list[OutputRecord],
@@ -294,18 +295,6 @@ class BucketProcessor:
                     hand_over(out)
         out.extend(to_record(d) for d in dead)
         return out
-
-
-def _standing(engine: LocalEngine) -> Callable[[tuple], Sequence]:
-    """A partition's models as they stand (not caught up: `BucketProcessor.
-    _models`), by policy: one lookup per policy, what `due` and
-    `metrics_keys` ask of every partition they look at, without a generator
-    per partition."""
-    parts = [engine.partitions[policy] for policy in engine.policies]
-    if len(parts) == 1:
-        get = parts[0].get
-        return lambda key: () if (m := get(key)) is None else (m,)
-    return lambda key: [m for models in parts if (m := models.get(key)) is not None]
 
 
 class _StatesOnce(dict):

@@ -116,7 +116,6 @@ def shown(m, sessions: set) -> tuple:
 
 class StateThrottle(Listener):
     name = "partition_state"
-    always_skips_quiet_fetches = True  # (the two below: the engine need not ask)
 
     def __init__(self, interval_ms: int = 0, metrics_interval_ms: int = 0) -> None:
         self.interval_ms = interval_ms
@@ -359,22 +358,20 @@ class StateThrottle(Listener):
             keys = sorted(due)
         out: list = []
         pending, due_at, interval = self.pending, self._due_at, self.interval_ms
-        sent, sent_changed = self.sent, self.sent_changed
-        at_once = flush or interval <= 0
         for key in keys:
             models = list(models_of(key))
-            latest = [((m.rules.policy, *key), membership(m)) for m in models]
-            if at_once:
+            latest = {(m.rules.policy, *key): membership(m) for m in models}
+            if flush or interval <= 0:
                 start = now
             else:
-                start = self._due(key, latest, now, due_at.get(key))
+                start = self._due(key, latest, now)
                 if start is None:
                     continue
             pending.discard(key)
             due_at.pop(key, None)
-            for k, members in latest:
-                sent[k] = [start, members]
-                sent_changed.add(k)
+            for k, members in latest.items():
+                self.sent[k] = [start, members]
+                self.sent_changed.add(k)
             out.extend(models if current is None else map(current, models))
         if flush:
             self._clear_index()
@@ -445,10 +442,9 @@ class StateThrottle(Listener):
         self._due_heap.clear()
         self._unindexed = []
 
-    def _due(self, key: tuple, latest: list, now: int, at=None):
+    def _due(self, key: tuple, latest: dict, now: int):
         """Whether partition `key`'s record goes out at `now` (`latest`: its
-        policies' `sent` keys with their membership; `at`: the watermark the
-        index holds it at, if any), as the watermark its next interval
+        membership under each policy), as the watermark its next interval
         counts from (`sent`), or None. At once (from `now`) when a policy's
         model was never sent or its membership differs from its last
         record's. On time when the watermark reached the partition's instant
@@ -460,7 +456,7 @@ class StateThrottle(Listener):
         on)."""
         sent, interval = self.sent, self.interval_ms
         start = None
-        for k, members in latest:
+        for k, members in latest.items():
             last = sent.get(k)
             if last is None or last[1] != members:
                 return now
@@ -468,10 +464,7 @@ class StateThrottle(Listener):
                 start = last[0]
         if start is None:
             return None
-        # An instant the index holds the partition at is one of its own
-        # (_index_new), so it gives the phase without phase_of's crc32 of
-        # the key's repr (~1.5 us, once per state sent on time).
-        phase = phase_of(key, interval) if at is None or at == NEVER else -at % interval
+        phase = phase_of(key, interval)
         if now < next_instant(start + interval, phase, interval):
             return None
         return now - (now + phase) % interval
