@@ -131,24 +131,11 @@ def next_instant(w: Watch, v: PartitionView, P: RuleParams) -> Optional[tuple[Op
     if (P.flapping and w.flaps.times) or (P.slow and (w.unserved or w.served_ms)):
         return None
     due, of = None, -1
-    if P.lagging:
-        # lag_crossings(v, -1, P)'s next instant, inline (at T = -1 every
-        # crossing, a catch-up ts + limit + 1 > 0, is still ahead; this runs
-        # wherever a quiet watch's `due` moves: a call and a list less)
-        limit, followers, leader_leo = P.lag_limit_ms, v.followers, v.leader_leo
-        for r in v.isr:
-            f = followers.get(r)
-            if f is None:
-                continue  # the leader itself
-            caught_up = f.last_caught_up_ts
-            if caught_up <= 0 or (f.leo == leader_leo and leader_leo >= 0):
-                continue  # no lag to grow (lag_crossing)
-            t = caught_up + limit + 1
-            if due is None or t < due:
-                due, of = t, r
-    if P.stalled and v.leader >= 0 and v.leader_leo > v.hw:  # stall_crossing, inline
-        t = w.stall.since + P.stall_ms + 1
-        if due is None or t < due:
+    if P.lagging:  # at T = -1 every crossing (a catch-up ts + limit + 1 > 0) is still ahead
+        _, due, of = lag_crossings(v, -1, P)
+    if P.stalled:
+        t = stall_crossing(w, v, P)
+        if t is not None and (due is None or t < due):
             due, of = t, -1
     if P.silent and w.last_event_ts >= 0:
         t = w.last_event_ts + P.silent_ms + 1
