@@ -146,9 +146,12 @@ class Watch:
         s = self.stall
         return [self.cluster, self.topic, self.partition, self.policy, self.t, self.due,
                 s.hw, s.behind, s.since, self.last_event_ts,
-                sorted(self.served_ms.items()),
-                sorted(self.unserved.items()), self.reported, list(self.flaps.times),
-                [[name, r, *v] for (name, r), v in sorted(self.alerts.items())],
+                # (most watches' dicts are empty: no sort called for them)
+                sorted(self.served_ms.items()) if self.served_ms else [],
+                sorted(self.unserved.items()) if self.unserved else [],
+                self.reported, list(self.flaps.times),
+                [[name, r, *v] for (name, r), v in sorted(self.alerts.items())]
+                if self.alerts else [],
                 self.due_lag] + ([] if self.held is None else [[
                     self.open_t, [[name, r, *h] for (name, r), h in sorted(self.held.items())]]])
 

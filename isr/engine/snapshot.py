@@ -10,6 +10,7 @@ propagation), under the listener's name. Decisions already taken are not.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import islice
 from typing import Any, Callable, Optional
 
 import orjson
@@ -83,15 +84,12 @@ def _with_partitions(head: dict, models: dict, tail: dict) -> bytes:
     pieces = [orjson.dumps(head)[:-1], b',"partitions":{']
     for i, (policy, ms) in enumerate(models.items()):
         pieces += [b',' if i else b'', orjson.dumps(policy), b':[']
-        rows: list = []
+        it = iter(ms)
+        rows = [m.to_list() for m in islice(it, ROWS_PER_PIECE)]
         first = True
-        for m in ms:
-            rows.append(m.to_list())
-            if len(rows) == ROWS_PER_PIECE:
-                pieces += [b'' if first else b',', orjson.dumps(rows)[1:-1]]
-                rows, first = [], False
-        if rows:
+        while rows:
             pieces += [b'' if first else b',', orjson.dumps(rows)[1:-1]]
+            rows, first = [m.to_list() for m in islice(it, ROWS_PER_PIECE)], False
         pieces.append(b']')
     pieces += [b'},', orjson.dumps(tail)[1:]]
     return b"".join(pieces)

@@ -8,6 +8,8 @@ partition model is the only writer.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 
 class Follower:
     __slots__ = (
@@ -40,7 +42,7 @@ class Follower:
         self.pending_ts = pending_ts
 
     def to_list(self) -> list[int]:
-        return [getattr(self, name) for name in Follower.__slots__]
+        return list(FOLLOWER_FIELDS(self))
 
     @classmethod
     def from_list(cls, values: list[int]) -> "Follower":
@@ -52,3 +54,9 @@ class Follower:
     def __repr__(self) -> str:
         fields = ", ".join(f"{n}={getattr(self, n)}" for n in Follower.__slots__)
         return f"Follower({fields})"
+
+
+# A follower's fields as a tuple, in `__slots__` order (one C call: the
+# partition model's to_list writes every follower of every model at each
+# save of the Spark job's state; docs/benchmarks.md, branch `savecost`).
+FOLLOWER_FIELDS = attrgetter(*Follower.__slots__)

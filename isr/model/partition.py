@@ -12,12 +12,13 @@ exact, and it keeps idle partitions free.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from sys import intern
 from typing import Literal, Optional
 
 from isr.contract.decisions import IsrChange, PartitionState, ReplicaDetail
 from isr.model.brokers import Brokers
-from isr.model.follower import Follower
+from isr.model.follower import FOLLOWER_FIELDS, Follower
 from isr.model.health import isr_health
 from isr.model.rules import (
     KAFKA,
@@ -643,12 +644,14 @@ class PartitionModel:
 
     def to_list(self) -> list:
         """Compact, JSON-able form; `from_list` restores it exactly. The
-        sessions' positions, when there are any, come last."""
+        sessions' positions, when there are any, come last. The scalars,
+        followers and links are tuples (JSON arrays as lists are, one C call
+        each: this runs for every model at each whole snapshot of the Spark
+        job's state, ~45 % of a save; docs/benchmarks.md, branch `savecost`)."""
+        fields = FOLLOWER_FIELDS
         values = [
-            STATE_VERSION, self.cluster, self.topic, self.partition,
-            [getattr(self, name) for name in self._SCALARS],
-            self.replicas, self.isr,
-            [[r, *f.to_list()] for r, f in self.followers.items()],
+            STATE_VERSION, self.cluster, self.topic, self.partition, _SCALAR_FIELDS(self),
+            self.replicas, self.isr, [(r,) + fields(f) for r, f in self.followers.items()],
         ]
         if self.sessions:
             values.append([[sid, *link] for sid, link in self.sessions.items()])
@@ -674,3 +677,6 @@ class PartitionModel:
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, PartitionModel) and self.rules == other.rules
                 and self.to_list() == other.to_list())
+
+
+_SCALAR_FIELDS = attrgetter(*PartitionModel._SCALARS)  # to_list's scalars, as a tuple

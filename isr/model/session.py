@@ -26,7 +26,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from itertools import accumulate
-from operator import itemgetter, sub
+from operator import add, itemgetter, sub
 from sys import intern
 from typing import Optional
 
@@ -65,6 +65,13 @@ def log_entries(columns: list) -> list[tuple[int, int, int, int]]:
     sums, lags, epochs, orders = (accumulate(c) for c in columns)
     ts = list(sums)
     return list(zip(ts, map(sub, ts, lags), epochs, orders))
+
+
+def _entries(cached: dict) -> list:
+    """Cached entries as rows `(topic, partition, leader_epoch, fetch_offset)`:
+    each key and value tuple joined in C (a session's to_list writes all its
+    partitions at every whole snapshot of the Spark job's state)."""
+    return list(map(add, cached, cached.values()))
 
 
 def _differences(column: tuple) -> list[int]:
@@ -130,8 +137,7 @@ class Session:
 
     def to_list(self) -> list:
         return [self.sid, self.cluster, self.leader, self.replica, self.session_id, self.epoch,
-                [[t, p, e, o] for (t, p), (e, o) in self.cached.items()], log_columns(self.log),
-                self.base]
+                _entries(self.cached), log_columns(self.log), self.base]
 
     def to_patch(self) -> list:
         """What changed since the last save, for a reader that holds the
@@ -141,7 +147,7 @@ class Session:
         start = self.saved_end if self.saved_end > self.base else self.base
         return [self.sid, self.session_id, self.epoch, self.base,
                 log_columns(self.log[start - self.base:]),
-                [[t, p, e, o] for (t, p), (e, o) in self.changed.items()]]
+                _entries(self.changed)]
 
     def apply_patch(self, values: list) -> None:
         """A `to_patch` of this session as it stood at the patch's last save
