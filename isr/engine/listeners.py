@@ -49,6 +49,16 @@ class Listener:
         override it makes the engine build the event and call `on_event`.
         What it returns is the listener's own (the engine ignores it)."""
 
+    def on_folded_fetch(self, model, replica: int, ts: int, fetch_ts: int, out: list) -> None:
+        """`on_fetch` (outcome None) of a session fetch the catch-up applied
+        as the last of a follower's pending run, having asked `skips_fetch`
+        of the run's first fetch (sessions.py, `_fold_all`): the fetch moved
+        only the follower's times, at the leader's LEO, and nothing but such
+        fetches of the partition's other followers came in between. A
+        listener may take what its `skips_fetch` found as still holding but
+        for what depends on `ts` and `fetch_ts`. By default on_fetch."""
+        self.on_fetch(model, replica, ts, fetch_ts, None, out)
+
     def on_broker(self, model, event, out: list) -> None:
         """The model took a broker event of its cluster (its ts moved to the
         event's; any ISR change it caused came through on_change first)."""

@@ -148,6 +148,10 @@ class LocalEngine:
         self._on_change = hooks(self.listeners, "on_change")
         self._on_event = hooks(self.listeners, "on_event")
         self._on_fetch = hooks(self.listeners, "on_fetch")
+        # (every listener's: the default calls on_fetch)
+        self._on_folded_fetch = [l.on_folded_fetch for l in self.listeners
+                                 if type(l).on_fetch is not Listener.on_fetch
+                                 or type(l).on_folded_fetch is not Listener.on_folded_fetch]
         # A fetch can be applied as its values (apply_fetch) when every
         # listener that hears events hears fetches that way too.
         self.fetch_values = all(type(l).on_fetch is not Listener.on_fetch
@@ -421,6 +425,43 @@ class LocalEngine:
         out = self.decisions
         for hook in self._on_fetch:
             hook(model, replica, ts, fetch_ts, None, out)
+        return True
+
+    def apply_folded_fetch(self, model: PartitionModel, f, replica: int, ts: int,
+                           fetch_ts: int, broker_epoch: int, skipped_ts: int) -> bool:
+        """`apply_times_fetch` of the last pending fetch of a session stream
+        that folded (SessionDriver._fold_all, after `_folds`), the fetches
+        before it skipped (the last of them at `skipped_ts`, -1: none): True
+        if applied so, False if not (nothing changed). What `_folds` tested
+        of the stream's first pending fetch holds of this one but what
+        depends on the fetch itself, tested here: the broker epoch (the
+        same in a stream's pending fetches, else a hard fetch caught them
+        up: sessions.py `_is_hard`), the gap from the leader's last
+        activity (note_skipped_activity's, then apply_times_fetch's test),
+        a check instant before it, a listener's on_advance acting. The
+        listeners hear it through `on_folded_fetch`: each said at `_folds`
+        (skips_fetch) that it may miss the stream's first fetch."""
+        if (ts > model.next_check or broker_epoch != f.broker_epoch or skipped_ts > ts):
+            return False
+        last = model.leader_active_ts
+        if skipped_ts > last:
+            last = skipped_ts
+        # (stall_bound_ms(rules), inline as in PartitionModel.apply_times_fetch)
+        if last >= 0 and ts - last > model.rules.replica_lag_time_max_ms:
+            return False
+        if self._on_advance:  # as apply_times_fetch: a gated on_advance acts after w.wake
+            w = model.watch
+            if w is None or ts > w.wake or self._ungated_advance:
+                return False
+        # (note_skipped_activity's move of leader_active_ts to skipped_ts is
+        # in take_times_fetch's to ts, which is not earlier)
+        model.take_times_fetch(f, ts, fetch_ts)
+        if not model.due_dirty:  # deadlines.touch, inline
+            model.due_dirty = True
+            self.deadlines.dirty.append(model)
+        out = self.decisions
+        for hook in self._on_folded_fetch:
+            hook(model, replica, ts, fetch_ts, out)
         return True
 
     def _advance(self, model: PartitionModel, until: int, inclusive: bool,

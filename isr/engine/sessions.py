@@ -419,9 +419,28 @@ class SessionDriver:
         for st in order:
             if not self._folds(m, st, brokers):
                 return False
+        # Each stream's last pending fetch, as _apply_entry applies it (the
+        # stream's flag is not read again: catch_up returns). Of a stream
+        # that folded, apply_folded_fetch tests only what _folds could not
+        # know of the last fetch (it re-tested the rest: issue 23, branch
+        # `catchup`); where that fails, _apply_entry takes the fetch.
+        engine = self.engine
+        dirty, fetch_values = engine.dirty, engine.fetch_values
         for st in order:
-            st[2] = False  # (folded: as the loop leaves it)
-            self._apply_entry(m, st, st[0].end - 1, brokers)
+            session, link = st[0], st[1]
+            pos = session.end - 1
+            log, base, replica = session.log, session.base, session.replica
+            ts, fetch_ts, epoch, _order = log[pos - base]
+            # (the fetches skipped showed the leader running until the one before)
+            skipped_ts = log[pos - 1 - base][0] if pos > link[1] else -1
+            dirty[id(m)] = m
+            if fetch_values and engine.apply_folded_fetch(
+                    m, m.followers[replica], replica, ts, fetch_ts, -1 if epoch == -2 else epoch,
+                    skipped_ts):
+                link[1] = pos + 1
+                self.exact_fetches += 1
+            else:
+                self._apply_entry(m, st, pos, brokers)
         return True
 
     @staticmethod
