@@ -31,8 +31,10 @@ class Listener:
     # with `advance_gated`, it keeps its state of each model it heard of on
     # `model.watch` (the one listener state a model holds), with `wake` no
     # later than the first instant at which its on_advance acts on that model
-    # before an event. The engine then calls it before an event at `ts` only
-    # if ts > wake (or the model has no watch yet).
+    # before an event, and so no later than its `next_due` of that model
+    # (the engine reads `wake` as a bound of next_due: before_next_instant).
+    # The engine then calls it before an event at `ts` only if ts > wake (or
+    # the model has no watch yet).
     advance_gated = False
 
     def on_change(self, model, change, out: list) -> None:

@@ -165,6 +165,8 @@ class LocalEngine:
         # Fetch sessions (sessions.py): what a listener needs of the fetches
         # catching up may skip.
         self._next_due = hooks(self.listeners, "next_due")
+        self._dues_gated = all(l.advance_gated for l in self.listeners
+                               if type(l).next_due is not Listener.next_due)
         self._skips = [l.skips_quiet_fetches for l in self.listeners]
         self._skips_fetch = [l.skips_fetch for l in self.listeners]
         serve = [l.quiet_serve_ms() for l in self.listeners]
@@ -503,6 +505,22 @@ class LocalEngine:
             if t is not None and (best is None or t < best):
                 best = t
         return best
+
+    def before_next_instant(self, model: PartitionModel) -> int:
+        """An instant `next_instant(model)` is not before (None counts as
+        after every instant), read without asking: the model's next check
+        (a shrink comes at one) and, where the listeners that have a
+        next_due are advance-gated, the watch's `wake` (not after their
+        next_due: listeners.py). -1: none known. The session catch-up's
+        common course asks next_instant only for fetches after it."""
+        at = model.next_check
+        if self._next_due:
+            w = model.watch
+            if not self._dues_gated or w is None:
+                return -1
+            if w.wake < at:
+                at = w.wake
+        return at
 
     def skips_quiet_fetches(self, model: PartitionModel) -> bool:
         return all(skips(model) for skips in self._skips)
