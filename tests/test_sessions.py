@@ -425,3 +425,39 @@ def test_a_fetch_applied_as_moving_only_times_is_what_apply_fetch_does(events, a
     for seq, ev in enumerate(events):
         engine.submit(ev, seq)
     engine.finish()
+
+
+@settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "150")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(session_streams(), st.booleans())
+def test_a_folded_fetch_applied_on_its_own_tests_is_what_apply_fetch_does(events, alerts):
+    """The catch-up's common course (SessionDriver._fold_all) applies each
+    folded stream's last fetch through LocalEngine.apply_folded_fetch, which
+    tests only what `_folds` did not, and tells the listeners through
+    on_folded_fetch (the alerts': one test). Each one it takes is applied
+    again, to a copy of the engine as it stood, as _apply_entry's general
+    path would (the skipped fetches' activity, then apply_fetch): both leave
+    the same models, watches, decisions and bookkeeping. One it declines
+    changes nothing."""
+    monitor = MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000, propagation="zk",
+                              alerts={"enabled": alerts})
+    engine = local_engine(monitor)
+    fast = engine.apply_folded_fetch
+
+    def checked(model, f, replica, ts, fetch_ts, broker_epoch, skipped_ts):
+        twin, twin_model = copy.deepcopy((engine, model))
+        twin.dirty = {id(m): m for m in twin.dirty.values()}  # (keyed by identity)
+        took = fast(model, f, replica, ts, fetch_ts, broker_epoch, skipped_ts)
+        if took:
+            leader, epoch, leo = twin_model.leader, twin_model.leader_epoch, twin_model.leader_leo
+            if skipped_ts >= 0:
+                twin_model.note_skipped_activity(leader, epoch, skipped_ts)
+            assert twin.apply_fetch(twin_model, replica, leader, epoch, ts, fetch_ts, leo, leo,
+                                    broker_epoch, twin.brokers[twin_model.cluster]) is None
+        assert _bookkeeping(engine) == _bookkeeping(twin)
+        return took
+
+    engine.apply_folded_fetch = checked
+    for seq, ev in enumerate(events):
+        engine.submit(ev, seq)
+    engine.finish()

@@ -428,9 +428,11 @@ class SessionDriver:
         # Each stream's last pending fetch, as _apply_entry applies it (the
         # stream's flag is not read again: catch_up returns). Of a stream
         # that folded, apply_folded_fetch tests only what _folds could not
-        # know of the last fetch (it re-tested the rest: issue 23, branch
-        # `catchup`); where that fails, _apply_entry takes the fetch.
-        dirty, fetch_values = engine.dirty, engine.fetch_values
+        # know of the last fetch, where apply_times_fetch tested all of it
+        # again (issue 23, branch `catchup`); where that fails, _apply_entry
+        # takes the fetch.
+        engine.dirty[id(m)] = m  # (as _apply_entry marks it: once for every stream)
+        fetch_values = engine.fetch_values
         for st in order:
             session, link = st[0], st[1]
             pos = session.end - 1
@@ -438,7 +440,6 @@ class SessionDriver:
             ts, fetch_ts, epoch, _order = log[pos - base]
             # (the fetches skipped showed the leader running until the one before)
             skipped_ts = log[pos - 1 - base][0] if pos > link[1] else -1
-            dirty[id(m)] = m
             if fetch_values and engine.apply_folded_fetch(
                     m, m.followers[replica], replica, ts, fetch_ts, -1 if epoch == -2 else epoch,
                     skipped_ts):
