@@ -422,6 +422,80 @@ def test_a_fetch_applied_as_moving_only_times_is_what_apply_fetch_does(events, a
         return took
 
     engine.apply_times_fetch = checked
+    _submit_all(engine, events)
+
+
+@settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "150")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(session_streams(), st.booleans())
+def test_a_folded_fetch_applied_on_its_own_tests_is_what_apply_fetch_does(events, alerts):
+    """The catch-up's common course (SessionDriver._fold_all) applies each
+    folded stream's last fetch through LocalEngine.apply_folded_fetch, which
+    tests only what `_folds` did not, and tells the listeners through
+    on_folded_fetch (the alerts': one test). Each one it takes is applied
+    again, to a copy of the engine as it stood, as _apply_entry's general
+    path would (the skipped fetches' activity, then apply_fetch): both leave
+    the same models, watches, decisions and bookkeeping. One it declines
+    changes nothing."""
+    monitor = MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000, propagation="zk",
+                              alerts={"enabled": alerts})
+    engine = local_engine(monitor)
+    _check_folded_fetches(engine)
+    _submit_all(engine, events)
+
+
+def test_the_steady_followers_of_unlisted_partitions_are_caught_up_as_folded_fetches():
+    """Two followers fetch four partitions through sessions whose requests
+    list only partition 0 (appended to now and then): the others are caught
+    up lazily (at the log's cuts, at the end), each follower's run of
+    fetches folded and its last applied by apply_folded_fetch, alerts on,
+    as the general path would (the random streams above rarely fold)."""
+    engine = local_engine(MonitorSettings(policy=["kafka"], replica_lag_time_max_ms=10000,
+                                          alerts={"enabled": True}))
+    taken = _check_folded_fetches(engine)
+    events = [validate({"v": 1, "type": "leader", "ts": T0, "topic": "orders", "partition": p,
+                        "leader": 1, "leader_epoch": 1, "replicas": [1, 2, 3], "isr": [1, 2, 3],
+                        "leader_epoch_start_offset": 0}) for p in range(4)]
+    for r in (2, 3):
+        events.append(session(0, 0, 0, {p: 0 for p in range(4)}, replica=r))
+    for e, t in enumerate(range(500, 60000, 500), start=1):
+        leo = t // 5000
+        if t % 5000 == 0:
+            events.append(validate({"v": 1, "type": "append", "ts": T0 + t, "topic": "orders",
+                                    "partition": 0, "leader": 1, "leader_epoch": 1,
+                                    "leader_leo": leo}))
+        for r in (2, 3):
+            events.append(session(t + r, 10 + r, e, {0: leo}, replica=r))
+    _submit_all(engine, events)
+    assert engine.decisions == [] or all(getattr(d, "action", None) is None
+                                         for d in engine.decisions)  # no ISR change
+    assert taken[True] > 0
+
+
+def _check_folded_fetches(engine: LocalEngine) -> Counter:
+    """engine.apply_folded_fetch checked against the general path (above)
+    at every call; the count of the fetches it took and declined."""
+    fast, taken = engine.apply_folded_fetch, Counter()
+
+    def checked(model, f, replica, ts, fetch_ts, broker_epoch, skipped_ts):
+        twin, twin_model = copy.deepcopy((engine, model))
+        twin.dirty = {id(m): m for m in twin.dirty.values()}  # (keyed by identity)
+        took = fast(model, f, replica, ts, fetch_ts, broker_epoch, skipped_ts)
+        taken[took] += 1
+        if took:
+            leader, epoch, leo = twin_model.leader, twin_model.leader_epoch, twin_model.leader_leo
+            if skipped_ts >= 0:
+                twin_model.note_skipped_activity(leader, epoch, skipped_ts)
+            assert twin.apply_fetch(twin_model, replica, leader, epoch, ts, fetch_ts, leo, leo,
+                                    broker_epoch, twin.brokers[twin_model.cluster]) is None
+        assert _bookkeeping(engine) == _bookkeeping(twin)
+        return took
+
+    engine.apply_folded_fetch = checked
+    return taken
+
+
+def _submit_all(engine: LocalEngine, events) -> None:
     for seq, ev in enumerate(events):
         engine.submit(ev, seq)
     engine.finish()

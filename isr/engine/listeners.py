@@ -31,8 +31,10 @@ class Listener:
     # with `advance_gated`, it keeps its state of each model it heard of on
     # `model.watch` (the one listener state a model holds), with `wake` no
     # later than the first instant at which its on_advance acts on that model
-    # before an event. The engine then calls it before an event at `ts` only
-    # if ts > wake (or the model has no watch yet).
+    # before an event, and so no later than its `next_due` of that model
+    # (the engine reads `wake` as a bound of next_due: before_next_instant).
+    # The engine then calls it before an event at `ts` only if ts > wake (or
+    # the model has no watch yet).
     advance_gated = False
 
     def on_change(self, model, change, out: list) -> None:
@@ -48,6 +50,16 @@ class Listener:
         isr/engine/sessions.py). A listener that hears events and does not
         override it makes the engine build the event and call `on_event`.
         What it returns is the listener's own (the engine ignores it)."""
+
+    def on_folded_fetch(self, model, replica: int, ts: int, fetch_ts: int, out: list) -> None:
+        """`on_fetch` (outcome None) of a session fetch the catch-up applied
+        as the last of a follower's pending run, having asked `skips_fetch`
+        of the run's first fetch (sessions.py, `_fold_all`): the fetch moved
+        only the follower's times, at the leader's LEO, and nothing but such
+        fetches of the partition's other followers came in between. A
+        listener may take what its `skips_fetch` found as still holding but
+        for what depends on `ts` and `fetch_ts`. By default on_fetch."""
+        self.on_fetch(model, replica, ts, fetch_ts, None, out)
 
     def on_broker(self, model, event, out: list) -> None:
         """The model took a broker event of its cluster (its ts moved to the

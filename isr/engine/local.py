@@ -148,6 +148,10 @@ class LocalEngine:
         self._on_change = hooks(self.listeners, "on_change")
         self._on_event = hooks(self.listeners, "on_event")
         self._on_fetch = hooks(self.listeners, "on_fetch")
+        # (every listener's: the default calls on_fetch)
+        self._on_folded_fetch = [l.on_folded_fetch for l in self.listeners
+                                 if type(l).on_fetch is not Listener.on_fetch
+                                 or type(l).on_folded_fetch is not Listener.on_folded_fetch]
         # A fetch can be applied as its values (apply_fetch) when every
         # listener that hears events hears fetches that way too.
         self.fetch_values = all(type(l).on_fetch is not Listener.on_fetch
@@ -161,6 +165,8 @@ class LocalEngine:
         # Fetch sessions (sessions.py): what a listener needs of the fetches
         # catching up may skip.
         self._next_due = hooks(self.listeners, "next_due")
+        self._dues_gated = all(l.advance_gated for l in self.listeners
+                               if type(l).next_due is not Listener.next_due)
         self._skips = [l.skips_quiet_fetches for l in self.listeners]
         self._skips_fetch = [l.skips_fetch for l in self.listeners]
         serve = [l.quiet_serve_ms() for l in self.listeners]
@@ -423,6 +429,43 @@ class LocalEngine:
             hook(model, replica, ts, fetch_ts, None, out)
         return True
 
+    def apply_folded_fetch(self, model: PartitionModel, f, replica: int, ts: int,
+                           fetch_ts: int, broker_epoch: int, skipped_ts: int) -> bool:
+        """`apply_times_fetch` of the last pending fetch of a session stream
+        that folded (SessionDriver._fold_all, after `_folds`), the fetches
+        before it skipped (the last of them at `skipped_ts`, -1: none): True
+        if applied so, False if not (nothing changed). What `_folds` tested
+        of the stream's first pending fetch holds of this one but what
+        depends on the fetch itself, tested here: the broker epoch (the
+        same in a stream's pending fetches, else a hard fetch caught them
+        up: sessions.py `_is_hard`), the gap from the leader's last
+        activity (note_skipped_activity's, then apply_times_fetch's test),
+        a check instant before it, a listener's on_advance acting. The
+        listeners hear it through `on_folded_fetch`: each said at `_folds`
+        (skips_fetch) that it may miss the stream's first fetch."""
+        if (ts > model.next_check or broker_epoch != f.broker_epoch or skipped_ts > ts):
+            return False
+        last = model.leader_active_ts
+        if skipped_ts > last:
+            last = skipped_ts
+        # (stall_bound_ms(rules), inline as in PartitionModel.apply_times_fetch)
+        if last >= 0 and ts - last > model.rules.replica_lag_time_max_ms:
+            return False
+        if self._on_advance:  # as apply_times_fetch: a gated on_advance acts after w.wake
+            w = model.watch
+            if w is None or ts > w.wake or self._ungated_advance:
+                return False
+        # (note_skipped_activity's move of leader_active_ts to skipped_ts is
+        # in take_times_fetch's to ts, which is not earlier)
+        model.take_times_fetch(f, ts, fetch_ts)
+        if not model.due_dirty:  # deadlines.touch, inline
+            model.due_dirty = True
+            self.deadlines.dirty.append(model)
+        out = self.decisions
+        for hook in self._on_folded_fetch:
+            hook(model, replica, ts, fetch_ts, out)
+        return True
+
     def _advance(self, model: PartitionModel, until: int, inclusive: bool,
                  brokers: Brokers) -> None:
         """A partition's checks up to `until`, then its listeners' time."""
@@ -462,6 +505,22 @@ class LocalEngine:
             if t is not None and (best is None or t < best):
                 best = t
         return best
+
+    def before_next_instant(self, model: PartitionModel) -> int:
+        """An instant `next_instant(model)` is not before (None counts as
+        after every instant), read without asking: the model's next check
+        (a shrink comes at one) and, where the listeners that have a
+        next_due are advance-gated, the watch's `wake` (not after their
+        next_due: listeners.py). -1: none known. The session catch-up's
+        common course asks next_instant only for fetches after it."""
+        at = model.next_check
+        if self._next_due:
+            w = model.watch
+            if not self._dues_gated or w is None:
+                return -1
+            if w.wake < at:
+                at = w.wake
+        return at
 
     def skips_quiet_fetches(self, model: PartitionModel) -> bool:
         return all(skips(model) for skips in self._skips)

@@ -327,13 +327,13 @@ class SessionDriver:
             engine._settle(m)  # the checks the deadline index let it skip
         brokers = engine.brokers.get(m.cluster) or engine._brokers_of(m.cluster)
         last_run = -1  # the last instant run: one found again is not run twice
-        # The model's next instant, found again only once something was
-        # applied or run: a fold (a stream turned steady) changes nothing
-        # it reads.
-        instant = engine.next_instant(m)
-        if self._fold_all(m, streams, instant, brokers):
+        if self._fold_all(m, streams, brokers):
             return  # the common case, as the loop below takes it
-        known = True
+        # The model's next instant (`instant`), found again only once
+        # something was applied or run: a fold (a stream turned steady)
+        # changes nothing it reads.
+        instant: Optional[int] = None
+        known = False
         while True:
             # The streams with a fetch pending (live), those whose next one is
             # not exact (steady), and the exact one whose next fetch comes
@@ -400,7 +400,7 @@ class SessionDriver:
             known = False
             self._apply_entry(m, nxt, nxt[1][1], brokers)
 
-    def _fold_all(self, m, streams: list, instant: Optional[int], brokers) -> bool:
+    def _fold_all(self, m, streams: list, brokers) -> bool:
         """The loop of catch_up in its common case, taken without its
         general steps: every stream's first pending fetch folds (in their
         order) and none of the pending fetches comes after the model's next
@@ -411,17 +411,42 @@ class SessionDriver:
         nothing is pending and it returns. True if so (done), False if not
         (nothing applied: the loop takes it)."""
         order = _by_next_order(streams)
-        if instant is not None:
-            for st in order:
-                session = st[0]
-                if session.log[session.end - 1 - session.base][0] > instant:
-                    return False
+        latest = -1  # the last pending fetch's ts
+        for st in order:
+            session = st[0]
+            ts = session.log[session.end - 1 - session.base][0]
+            if ts > latest:
+                latest = ts
+        engine = self.engine
+        if engine.before_next_instant(m) < latest:
+            instant = engine.next_instant(m)
+            if instant is not None and latest > instant:
+                return False
         for st in order:
             if not self._folds(m, st, brokers):
                 return False
+        # Each stream's last pending fetch, as _apply_entry applies it (the
+        # stream's flag is not read again: catch_up returns). Of a stream
+        # that folded, apply_folded_fetch tests only what _folds could not
+        # know of the last fetch, where apply_times_fetch tested all of it
+        # again (issue 23, branch `catchup`); where that fails, _apply_entry
+        # takes the fetch.
+        engine.dirty[id(m)] = m  # (as _apply_entry marks it: once for every stream)
+        fetch_values = engine.fetch_values
         for st in order:
-            st[2] = False  # (folded: as the loop leaves it)
-            self._apply_entry(m, st, st[0].end - 1, brokers)
+            session, link = st[0], st[1]
+            pos = session.end - 1
+            log, base, replica = session.log, session.base, session.replica
+            ts, fetch_ts, epoch, _order = log[pos - base]
+            # (the fetches skipped showed the leader running until the one before)
+            skipped_ts = log[pos - 1 - base][0] if pos > link[1] else -1
+            if fetch_values and engine.apply_folded_fetch(
+                    m, m.followers[replica], replica, ts, fetch_ts, -1 if epoch == -2 else epoch,
+                    skipped_ts):
+                link[1] = pos + 1
+                self.exact_fetches += 1
+            else:
+                self._apply_entry(m, st, pos, brokers)
         return True
 
     @staticmethod

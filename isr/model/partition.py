@@ -335,21 +335,29 @@ class PartitionModel:
             return False  # it may start a stall suspicion (_note_activity)
         if brokers.states and brokers.is_stale_fetch(replica, broker_epoch):
             return False
-        # apply_fetch's steps, as they fall for such a fetch
+        self.take_times_fetch(f, ts, fetch_ts)
+        return True
+
+    def take_times_fetch(self, f: Follower, ts: int, fetch_ts: int) -> None:
+        """apply_fetch's steps, as they fall for a fetch of follower `f` at
+        the leader's LEO that plainly moves only times (apply_times_fetch
+        tested that it is one; the session catch-up's `_fold_all` knows it
+        of most fetches it applies)."""
         if ts > self.ts:
             self.ts = ts
-        if ts > last:
+        if ts > self.leader_active_ts:
             self.leader_active_ts = ts
+        rules = self.rules
         if rules.policy == KAFKA:
             if fetch_ts > f.last_caught_up_ts:
                 f.last_caught_up_ts = fetch_ts
         else:
+            leader_leo = self.leader_leo
             f.last_caught_up_ts = caught_up_ts_after_fetch(
-                rules, f, fetch_offset, fetch_leader_leo, fetch_ts, ts)
+                rules, f, leader_leo, leader_leo, fetch_ts, ts)
         f.last_fetch_ts = fetch_ts
         f.pending_offset = -1
         f.pending_ts = 0
-        return True
 
     # ------------------------------------------------------------ the leader's stall
     def _note_leader_activity(self, event) -> bool:
