@@ -54,4 +54,4 @@ def end_planner_after_call() -> None:
                   if value == SpecialLengths.END_OF_STREAM else value, stream)
 
     ending_write_int.ends_planner = True  # type: ignore[attr-defined]
-    utils.write_int = ending_write_int  # type: ignore[attr-defined]
+    utils.write_int = ending_write_int
