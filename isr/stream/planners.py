@@ -18,18 +18,36 @@ marker is missing): the JVM then destroys the worker once the call's result
 is read (PythonPlannerRunner: destroyPythonWorker instead of
 releasePythonWorker) instead of keeping it idle. Only in those planner
 processes (their daemon's argument names the planner module); the source's
-runner and the read tasks are untouched. `ISR_PLANNER_REUSE=1` leaves the
-workers to Spark as before. The daemons (47 MB each) stay: Spark starts them
-with its own daemon module, whatever `spark.python.daemon.module` says.
+runner and the read tasks are untouched.
+
+Each of those planners' daemons (47 MB, for the application's life: Spark
+starts them with its own daemon module, whatever `spark.python.daemon.module`
+says) then has nothing left to fork for: a watcher (a shell started by the
+worker, in a session of its own) waits for the worker to be gone, i.e. for
+the JVM's destroy, whose kill request the daemon served, and then ends the
+daemon as Spark itself does (SIGTERM: it removes its socket and exits) if it
+has no other worker. Should the JVM need that planner again (another query
+of the application), its connection to the gone daemon fails and Spark
+starts a new daemon (PythonWorkerFactory.createThroughDaemon's restart).
+`ISR_PLANNER_REUSE=1` leaves the workers and the daemons to Spark as before.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 ENV = "ISR_PLANNER_REUSE"
 PLANNER_MODULES = "pyspark.sql.worker."
+# The watcher: wait for the worker ($1) to be gone, then end its daemon ($2)
+# unless the daemon forked another worker meanwhile or is no longer it.
+END_DAEMON = """
+while kill -0 "$1" 2>/dev/null; do sleep 0.2; done
+sleep 1
+[ -z "$(cat /proc/$2/task/$2/children 2>/dev/null)" ] || exit 0
+grep -q pyspark.daemon /proc/$2/cmdline 2>/dev/null && kill -TERM "$2"
+"""
 
 
 def in_planner() -> bool:
@@ -55,3 +73,10 @@ def end_planner_after_call() -> None:
 
     ending_write_int.ends_planner = True  # type: ignore[attr-defined]
     utils.write_int = ending_write_int
+    _end_daemon_after(os.getpid(), os.getppid())
+
+
+def _end_daemon_after(worker: int, daemon: int) -> None:
+    subprocess.Popen(["sh", "-c", END_DAEMON, "end-planner-daemon", str(worker), str(daemon)],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
