@@ -28,6 +28,7 @@ from pyspark.sql.streaming.datasource import (
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, block_lines
 from isr.stream.packing import END_OF_INPUT, Packer, fewer_gc_passes_while, packed_batch
 from isr.sinks.progress import RECORDS
+from isr.stream.planners import end_planner_after_call
 from isr.stream.source import pack_settings, record_batch, source_schema
 
 if TYPE_CHECKING:
@@ -234,7 +235,9 @@ class LinesDataSource(DataSource):
         return "isr_lines"
 
     def schema(self) -> str:
+        end_planner_after_call()
         return source_schema(self.options)
 
     def streamReader(self, schema) -> LinesStreamReader:
+        end_planner_after_call()
         return LinesStreamReader(self.options)

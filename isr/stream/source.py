@@ -21,6 +21,7 @@ from isr.stream.packing import (END_OF_RUN, PACKED_SCHEMA, Packer, fewer_gc_pass
                                 pack_batch)
 from isr.sinks.progress import RECORDS
 from isr.stream import trim
+from isr.stream.planners import end_planner_after_call
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -414,7 +415,9 @@ class IsrKafkaDataSource(DataSource):
         return "isr_kafka"
 
     def schema(self) -> str:
+        end_planner_after_call()
         return source_schema(self.options)
 
     def streamReader(self, schema) -> KafkaStreamReader:
+        end_planner_after_call()
         return KafkaStreamReader(self.options)
