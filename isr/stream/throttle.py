@@ -41,10 +41,12 @@ per event at 100 k partitions (docs/benchmarks.md, issue 23, branch
 `runprof`).
 
 Neither `due` nor `metrics_keys` walks every pending or touched partition
-each batch: each looks at the partitions changed, due (an index by the
-watermark an interval ends at; one by refresh phase) or at risk (a session
-that lapsed or lost a link), and proves the others unchanged
-(docs/streaming.md; issue 23, branch `outwalk`).
+each batch: `due` looks at the partitions whose membership may have moved
+(PartitionModel.membership_may_move, an ISR change, a broker event: issue
+23, branch `duewalk`) or whose interval ended (an index by the watermark
+it ends at); `metrics_keys` at those changed, at risk (a session that
+lapsed or lost a link) or whose refresh is due (an index by phase); each
+proves the others unchanged (docs/streaming.md; issue 23, branch `outwalk`).
 """
 
 from __future__ import annotations
