@@ -16,7 +16,7 @@ import pytest
 from helpers import T0, append, broker, fetch, leader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import session_streams
+from strategies import event_streams, session_streams
 
 from isr.config import MonitorSettings
 from isr.contract import DECISION_TYPES, decode, validate
@@ -327,16 +327,17 @@ def test_a_partition_in_both_outputs_of_a_batch_shows_the_same_state_and_every_c
                      [(0, 50, 50, [1, 2], [50])]]                  # 0 expands
 
 
-def test_the_state_throttle_looks_only_at_the_partitions_changed_or_due():
+def test_the_state_throttle_looks_only_at_the_partitions_whose_membership_moved_or_due():
     """output.state_interval_ms = 10 s, 200 partitions pending: a batch
-    that changes 2 of them looks at those 2 only (not every pending one, as
-    it did every batch), a leader change goes out at once, and the pending
+    that appends to 2 of them looks at none (not every pending one, as it
+    did every batch, nor the 2 appended to: an append moves no membership),
+    a leader change is looked at and goes out at once, and the pending
     ones go out when their interval ends, with no change."""
     throttle = StateThrottle(10_000)
     engine = LocalEngine(MonitorSettings(), listeners=[throttle])
     looked = []
 
-    def models_of(key):  # (a partition pending anew is also looked at to index it)
+    def models_of(key):  # (a partition pending anew, never sent, is also looked at to index it)
         looked.append(key[2])
         return [parts[key] for parts in engine.partitions.values() if key in parts]
 
@@ -348,12 +349,13 @@ def test_the_state_throttle_looks_only_at_the_partitions_changed_or_due():
 
     assert batch([leader(0, partition=q) for q in range(200)], 1000) == list(range(200))
     assert batch([append(2000, 5, partition=q) for q in range(200)], 2000) == []
+    assert looked == []  # sent, hence indexed at their next instants already
     assert batch([append(3000, 6, partition=0), append(3000, 6, partition=1)], 5000) == []
-    assert set(looked) == {0, 1}
+    assert looked == []
     assert batch([leader(6000, partition=7, leader_epoch=2)], 6000) == [7]  # at once
     assert set(looked) == {7}
     assert batch([append(7000, 7, partition=7, leader_epoch=2)], 10999) == []
-    assert set(looked) == {7}
+    assert looked == []
     # From 11 s (10 s after first seen; 16 s for 7, its leader change) each
     # goes out in the batch that reaches its own instant (phase_of), a batch
     # looking at those only.
@@ -367,6 +369,62 @@ def test_the_state_throttle_looks_only_at_the_partitions_changed_or_due():
                                phase_of(("default", "orders", q), 10_000), 10_000) - T0
                for q in range(200)}
     assert sent == {q: [-(-instant[q] // 500) * 500] for q in range(200)}
+
+
+class _EveryPending(StateThrottle):
+    """The reference `due`: every pending partition looked at, as after a restore."""
+
+    def due(self, *args, **kwargs) -> list:
+        self._indexed = False
+        return super().due(*args, **kwargs)
+
+
+def _states_sent(throttle: StateThrottle, events: list, cuts: list, restores: list) -> list:
+    """Per batch (cut at `cuts`, each up to its last event's ts), the
+    partition states `throttle` sends (policy, key, the watermark its
+    interval counts from), its models caught up as in the operator; its
+    state saved and restored after the batches in `restores`."""
+    engine = LocalEngine(MonitorSettings(policy=POLICIES, replica_lag_time_max_ms=10000),
+                         listeners=[throttle])
+
+    def models_of(key):
+        return [parts[key] for parts in engine.partitions.values() if key in parts]
+
+    out, start, since = [], 0, T0
+    for i, end in enumerate(sorted({*cuts, len(events)})):
+        batch = events[start:end]
+        start = end
+        if not batch:
+            continue
+        watermark = batch[-1].ts
+        throttle.begin(since)
+        engine.apply_in_order(batch)
+        engine.advance_all(watermark, False)
+        throttle.take_touched()
+        sent = throttle.due(models_of, watermark, current=engine.current)
+        out.append([(m.rules.policy, m.key, throttle.sent[(m.rules.policy, *m.key)][0])
+                    for m in sent])
+        if i in restores:
+            throttle.from_state(json.loads(json.dumps(throttle.to_state())))
+        since = watermark
+    return out
+
+
+@settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(event_streams(), session_streams()), st.sampled_from([500, 7000, 30_000]),
+       st.lists(st.integers(0, 60), max_size=12), st.lists(st.integers(0, 12), max_size=2))
+def test_the_state_throttle_sends_what_a_walk_of_every_pending_partition_sends(
+        events, interval, cuts, restores):
+    """`due` looks only at the partitions due and those whose membership may
+    have moved (an ISR change, a broker event, an event the model's
+    membership_may_move names: a leader event, a bootstrapped model's
+    follower events, which add followers to its replicas and ISR), and
+    keeps a partition sent indexed: batch by batch it sends what looking at
+    every pending partition sends, over streams with leader changes,
+    bootstrapped partitions, broker events, shrinks and fetch sessions."""
+    expected = _states_sent(_EveryPending(interval), events, cuts, [])
+    assert _states_sent(StateThrottle(interval), events, cuts, restores) == expected
 
 
 def _throttled(step: int, restore_every: int = 0, parts: int = 60, until: int = 61_000) -> dict:

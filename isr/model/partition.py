@@ -160,6 +160,19 @@ class PartitionModel:
         configured = self.min_isr_override if self.min_isr_override > 0 else self.min_isr_default
         self.min_isr = min(configured, len(self.replicas)) if self.replicas else configured
 
+    def membership_may_move(self, kind: str) -> bool:
+        """Whether a partition event of `kind` the model just took (applied or
+        not) can have moved its membership: leader, leader epoch, replicas,
+        ISR, min ISR (what a partition_state goes out at once for:
+        isr/stream/throttle.py). The one rule of which events can, besides an
+        ISR change (the engine reports each: Listener.on_change) and a broker
+        event (on_broker): a leader event sets them all; before its first
+        one, a bootstrapped model takes every follower a fetch or fetch_start
+        meets as assigned and in the ISR (`_bootstrap_follower`). An append,
+        an `isr` event, a follower's event after a leader event move none of
+        them but through an ISR change."""
+        return kind == "leader" or (self.bootstrap and kind in FOLLOWER_FETCHES)
+
     def is_under_min_isr(self) -> bool:
         return isr_health(self.isr, self.leader, len(self.replicas), self.min_isr)[0]
 

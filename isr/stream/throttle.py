@@ -41,10 +41,12 @@ per event at 100 k partitions (docs/benchmarks.md, issue 23, branch
 `runprof`).
 
 Neither `due` nor `metrics_keys` walks every pending or touched partition
-each batch: each looks at the partitions changed, due (an index by the
-watermark an interval ends at; one by refresh phase) or at risk (a session
-that lapsed or lost a link), and proves the others unchanged
-(docs/streaming.md; issue 23, branch `outwalk`).
+each batch: `due` looks at the partitions whose membership may have moved
+(PartitionModel.membership_may_move, an ISR change, a broker event: issue
+23, branch `duewalk`) or whose interval ended (an index by the watermark
+it ends at); `metrics_keys` at those changed, at risk (a session that
+lapsed or lost a link) or whose refresh is due (an index by phase); each
+proves the others unchanged (docs/streaming.md; issue 23, branch `outwalk`).
 """
 
 from __future__ import annotations
@@ -157,8 +159,15 @@ class StateThrottle(Listener):
         self.quiet_keys: set = set()
         # Of the last take_touched: the partitions an event, an ISR change, a
         # broker event or a fetch of the batch reached (not only a session's
-        # fetch): the only pending ones whose membership may have changed.
+        # fetch), for the metrics (`_metrics_candidates`).
         self.changed: set = set()
+        # The partitions whose membership may have moved (an ISR change, a
+        # broker event, an event PartitionModel.membership_may_move names):
+        # since the last take_touched, and of it. With the index, the only
+        # pending ones `due` looks at besides those due: an append or a
+        # fetch reaching a partition leaves its membership as it was.
+        self._moving: set = set()
+        self.moved: set = set()
         # The pending partitions by the watermark their interval ends at
         # (`due`): so a batch looks only at the partitions changed or due,
         # not at every pending one. NEVER: not sent under every policy yet.
@@ -166,6 +175,10 @@ class StateThrottle(Listener):
         self._by_due: dict[int, list] = {}  # watermark -> partitions indexed at it
         self._due_heap: list[int] = []  # the watermarks of _by_due
         self._unindexed: list[tuple] = []  # pending since the last `due`, not indexed yet
+        # A partition sent stays indexed at its next interval's end (so one
+        # pending again needs no indexing); one whose end the watermark
+        # passed while it was not pending waits here, due once pending.
+        self._overdue: set[tuple] = set()
         # False after the pending set came from a saved state: the next
         # `due` looks at every pending partition and indexes them.
         self._indexed = True
@@ -177,9 +190,12 @@ class StateThrottle(Listener):
 
     def on_change(self, model, change, out: list) -> None:
         self.touched.add(model.key)
+        self._moving.add(model.key)
 
     def on_event(self, model, event, outcome, out: list) -> None:
         self.touched.add(model.key)
+        if model.membership_may_move(event.type):
+            self._moving.add(model.key)
 
     def on_fetch(self, model, replica: int, ts: int, fetch_ts: int, outcome, out: list) -> None:
         # A fetch as its values: with this the engine applies the bucket's
@@ -187,6 +203,8 @@ class StateThrottle(Listener):
         # event for a listener that would only note the partition.
         if ts >= self.since:
             self.touched.add(model.key)
+        if model.membership_may_move("fetch"):
+            self._moving.add(model.key)
 
     def on_session_fetch(self, session, ts: int) -> None:
         self.fetched[session.sid] = session
@@ -199,6 +217,7 @@ class StateThrottle(Listener):
 
     def on_broker(self, model, event, out: list) -> None:
         self.touched.add(model.key)
+        self._moving.add(model.key)
 
     def on_unlink(self, model) -> None:
         self.quiet_keys.discard(model.key)  # a follower it fed may not fetch now
@@ -208,6 +227,7 @@ class StateThrottle(Listener):
         A set: no sort of every partition a session fetched."""
         touched, self.touched = self.touched, set()
         self.changed = set(touched)
+        self.moved, self._moving = self._moving, set()
         # Until the next batch begins, a fetch applied is one this batch's
         # views catch up (engine.current): counted here already.
         self.since = 2**63
@@ -345,16 +365,23 @@ class StateThrottle(Listener):
         SessionDriver.is_steady).
 
         Only the pending partitions whose interval has ended (the index) and
-        those changed since the last `due` are looked at: a pending partition
-        not sent has the membership it was last sent with (else it would
-        have gone out), and only a change (on_event, on_change, on_broker, a
-        fetch of the batch: `changed`, or `touched` since) can move it."""
-        if flush or self.interval_ms <= 0 or not self._indexed:
+        those whose membership may have moved since the last `due` are looked
+        at: a pending partition not sent has the membership it was last sent
+        with (else it would have gone out), and only an ISR change, a broker
+        event or an event that PartitionModel.membership_may_move names can
+        move it (`moved`, or `_moving` since), not every event or fetch that
+        reaches it."""
+        indexed = not flush and self.interval_ms > 0 and self._indexed
+        if not indexed:
             keys = sorted(self.pending)
         else:
             self._index_new(models_of)
             due = self._time_due(now)
-            due.update((self.changed | self.touched) & self.pending)
+            due.update((self.moved | self._moving) & self.pending)
+            back = self._overdue & self.pending
+            if back:
+                self._overdue -= back
+                due |= back
             keys = sorted(due)
         out: list = []
         pending, due_at, interval = self.pending, self._due_at, self.interval_ms
@@ -368,7 +395,11 @@ class StateThrottle(Listener):
                 if start is None:
                     continue
             pending.discard(key)
-            due_at.pop(key, None)
+            if indexed:  # indexed at once at its next interval's end (_index_new's)
+                self._place(key, next_instant(start + interval, phase_of(key, interval),
+                                              interval))
+            else:
+                due_at.pop(key, None)
             for k, members in latest.items():
                 self.sent[k] = [start, members]
                 self.sent_changed.add(k)
@@ -388,8 +419,9 @@ class StateThrottle(Listener):
         earliest of their policies' last sends plus `interval_ms`, NEVER if
         one of their models was never sent."""
         sent, interval, pending = self.sent, self.interval_ms, self.pending
+        due_at, overdue = self._due_at, self._overdue
         for key in self._unindexed:
-            if key not in pending or key in self._due_at:
+            if key not in pending or key in due_at or key in overdue:
                 continue
             start = None
             for m in models_of(key):
@@ -418,14 +450,18 @@ class StateThrottle(Listener):
     def _time_due(self, now: int) -> set:
         """The pending partitions whose interval has ended by `now`, out of
         the index (an entry of a partition sent since, or indexed anew, no
-        longer counts)."""
-        heap, by_due, due_at = self._due_heap, self._by_due, self._due_at
+        longer counts); those not pending go to `_overdue`."""
+        heap, by_due, due_at, pending = self._due_heap, self._by_due, self._due_at, self.pending
         out = set()
         while heap and heap[0] <= now:
             at = heapq.heappop(heap)
             for key in by_due.pop(at):
                 if due_at.get(key) == at:
-                    out.add(key)
+                    if key in pending:
+                        out.add(key)
+                    else:
+                        del due_at[key]
+                        self._overdue.add(key)
         return out
 
     def _restored(self) -> None:
@@ -437,6 +473,7 @@ class StateThrottle(Listener):
         self.quiet_keys.clear()
 
     def _clear_index(self) -> None:
+        self._overdue.clear()
         self._due_at.clear()
         self._by_due.clear()
         self._due_heap.clear()
