@@ -395,9 +395,8 @@ class StateThrottle(Listener):
                 if start is None:
                     continue
             pending.discard(key)
-            if indexed:  # indexed at once at its next interval's end (_index_new's)
-                self._place(key, next_instant(start + interval, phase_of(key, interval),
-                                              interval))
+            if indexed:  # indexed at once at its next interval's end (as _index_new)
+                self._place(key, self._interval_end(key, start))
             else:
                 due_at.pop(key, None)
             for k, members in latest.items():
@@ -418,7 +417,7 @@ class StateThrottle(Listener):
         their interval ends at (`_due`): their instant at or after the
         earliest of their policies' last sends plus `interval_ms`, NEVER if
         one of their models was never sent."""
-        sent, interval, pending = self.sent, self.interval_ms, self.pending
+        sent, pending = self.sent, self.pending
         due_at, overdue = self._due_at, self._overdue
         for key in self._unindexed:
             if key not in pending or key in due_at or key in overdue:
@@ -434,9 +433,14 @@ class StateThrottle(Listener):
             if start is None or start == NEVER:
                 self._place(key, NEVER)
             else:
-                self._place(key, next_instant(start + interval, phase_of(key, interval),
-                                              interval))
+                self._place(key, self._interval_end(key, start))
         self._unindexed = []
+
+    def _interval_end(self, key: tuple, start: int) -> int:
+        """The watermark at which partition `key`, last sent at `start`, is
+        due again: its instant (phase_of) at or after one interval on."""
+        interval = self.interval_ms
+        return next_instant(start + interval, phase_of(key, interval), interval)
 
     def _place(self, key: tuple, at: int) -> None:
         self._due_at[key] = at
