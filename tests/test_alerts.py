@@ -12,6 +12,7 @@ from strategies import event_streams, session_streams
 
 from isr.alerts.conditions import next_instant
 from isr.alerts.listener import AlertListener
+from isr.alerts.watch import Watch
 from isr.config import AlertSettings, MonitorSettings
 from isr.contract.decisions import Alert, output_order
 from isr.engine import snapshot
@@ -511,3 +512,49 @@ def test_an_instants_alerts_are_the_same_when_a_restart_cuts_the_instant():
             second.finish()
             got = first.decisions + second.decisions
             assert sorted(got, key=output_order) == sorted(whole.decisions, key=output_order), cut
+
+
+def watch_states_after_each_event(events, general: bool) -> tuple[list, list]:
+    """Every watch's whole state (its derived fields too) after each event,
+    and the decisions; `general`: with the `due_lag` follower's fetch to the
+    LEO taken by after_fetch's general path instead of due_lag_caught_up."""
+    engine = local_engine(MonitorSettings(policy=["legacy", "kip16", "kafka", "kip501"]))
+    listener = engine.listener(AlertListener)
+    taken = []
+    fast = listener.evaluator.due_lag_caught_up
+
+    def counted(*args):
+        done = fast(*args)
+        taken.append(done)
+        return done
+
+    listener.evaluator.due_lag_caught_up = (lambda *args: False) if general else counted
+    states = []
+    for ev in sorted(events, key=lambda e: e.ts):  # applied at once, in ts order
+        engine.apply(ev)
+        states.append([(key, [getattr(w, s) for s in Watch.__slots__ if s not in ("stall", "flaps")],
+                        (w.stall.hw, w.stall.behind, w.stall.since), list(w.flaps.times))
+                       for key, w in sorted(listener.watches.items())])
+    engine.finish()
+    return states, sorted(engine.decisions, key=output_order), taken
+
+
+def test_the_due_lag_followers_fetch_to_the_leo_leaves_the_watch_as_after_fetch_does():
+    # The first fetches after a leader event bring each follower, the one
+    # whose lag crossing `due` is first, to the LEO: the shortcut finds the
+    # next instant as after_fetch's chain does, watch for watch.
+    events = [leader(0), fetch(500, 2, 0, 0), fetch(600, 3, 0, 0), append(1000, 10),
+              fetch(1500, 2, 0, 10), fetch(1600, 3, 10, 10), fetch(2500, 2, 10, 10)]
+    fast, fast_out, taken = watch_states_after_each_event(events, general=False)
+    general, general_out, _ = watch_states_after_each_event(events, general=True)
+    assert taken.count(True) >= 2  # the shortcut was taken
+    assert fast == general and fast_out == general_out
+
+
+@settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "100")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(event_streams(max_events=80))
+def test_the_due_lag_shortcut_leaves_every_watch_as_the_general_path(events):
+    fast, fast_out, _ = watch_states_after_each_event(events, general=False)
+    general, general_out, _ = watch_states_after_each_event(events, general=True)
+    assert fast == general and fast_out == general_out

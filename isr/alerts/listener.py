@@ -66,35 +66,12 @@ class AlertListener(Listener):
         self.evaluator.on_change(w, model, change, out)
 
     def on_event(self, model, event, outcome, out: list) -> None:
-        """Most appends end at the first test, with no call: what the
-        evaluator's after_event does for an append when it is plain that
-        _quiet_append_alone holds and moves nothing but times: no alert, no
-        slow or unserved fetch, nothing due by `ts` (Watch.quiet_to), every
-        ISR follower at the old LEO caught up at `lag_floor` or later, and
-        the HW, already behind the LEO, did not move (its stall crossing,
-        unchanged, is in `due`)."""
         w = model.watch or self._watch(model)
         self.dirty[w] = w
         if outcome is not None:  # ignored or rejected
             self.evaluator.after_ignored(w, model, event.ts, out)
-        elif (kind := event.type) == "append":
-            ts, old_leo, hw, stall = event.ts, w.leader_leo, model.hw, w.stall
-            if (ts < w.quiet_to and old_leo >= 0 and hw == stall.hw
-                    and (stall.behind or model.leader < 0)):
-                floor, followers = w.lag_floor, model.followers
-                for r in model.isr:
-                    f = followers.get(r)
-                    if f is not None and f.leo == old_leo and f.last_caught_up_ts < floor:
-                        break
-                else:
-                    leader_leo = model.leader_leo
-                    if (leader_leo > hw) == stall.behind:  # (else the LEO went down)
-                        if ts > w.last_event_ts:
-                            w.last_event_ts = ts
-                        w.leader_leo, w.replica_count = leader_leo, len(model.replicas)
-                        w.t = ts
-                        return
-            self.evaluator.after_event(w, model, event, out)
+        elif (kind := event.type) == "append":  # (most end at _quiet_append_alone)
+            self.evaluator.after_append(w, model, event.ts, out)
         elif kind == "fetch":  # (the engine hands most as values: on_fetch)
             ts, received_ts = event.ts, event.received_ts
             self.on_fetch(model, event.replica, ts, ts if received_ts is None else received_ts,
@@ -163,6 +140,15 @@ class AlertListener(Listener):
             if out is None:
                 return False
             self.dirty[w] = w
+            # The fetch of the follower whose lag crossing `due` is, the rest
+            # of the rule above holding: where it brought its follower to
+            # the LEO, after_fetch's only work is the next instant (most
+            # such fetches follow a leader event, one per follower).
+            if (replica == w.due_lag and ts < w.quiet_to and leader_leo == w.leader_leo
+                    and fetch_ts >= ts - self.serve_ms
+                    and len(model.replicas) == w.replica_count
+                    and self.evaluator.due_lag_caught_up(w, model, replica, ts)):
+                return None
             self.evaluator.after_fetch(w, model, replica, ts, fetch_ts, out)
         elif out is not None:  # ignored or rejected
             self.dirty[w] = w
