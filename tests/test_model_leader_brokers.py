@@ -238,3 +238,35 @@ def test_a_follower_never_caught_up_in_its_leader_epoch_says_so():
     r = _assert_lags_within_the_epoch(events, T0 + 1000)
     shrink = [c for c in r.changes if c.action == "shrink" and 3 in c.replicas][0]
     assert shrink.reason.startswith("replica 3: never caught up in this leader epoch")
+
+
+# ---------------------------------------------------------------- Stale broker epochs
+def _stale_by_the_table(states: dict, broker_id: int, fetch_epoch: int) -> bool:
+    """The rule as the table states it (KAFKA-15221), without newest_epoch."""
+    entry = states.get(broker_id)
+    return fetch_epoch >= 0 and entry is not None and entry[1] >= 0 and fetch_epoch < entry[1]
+
+
+def test_a_fetch_at_or_above_the_newest_known_broker_epoch_is_never_stale():
+    """The per-fetch callers ask is_stale_fetch only below `newest_epoch`:
+    after any broker events (epochs going up and down, unknown ones, a
+    restore), no fetch epoch is stale at or above it, and is_stale_fetch
+    answers as the table says."""
+    import random
+
+    from isr.model.brokers import Brokers
+
+    rnd = random.Random(23)
+    for _ in range(300):
+        b = Brokers()
+        for _ in range(rnd.randrange(12)):
+            b.apply(rnd.randrange(4), rnd.choice(["registered", "fenced", "unregistered"]),
+                    rnd.randrange(-1, 9))
+            if rnd.random() < 0.2:
+                b = Brokers.from_list(b.to_list())  # a restore
+            for broker_id in range(5):
+                for epoch in range(-1, 11):
+                    stale = _stale_by_the_table(b.states, broker_id, epoch)
+                    assert b.is_stale_fetch(broker_id, epoch) == stale
+                    if stale:
+                        assert epoch < b.newest_epoch

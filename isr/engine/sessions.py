@@ -305,23 +305,22 @@ class SessionDriver:
         """Apply the session fetches `m` has not applied yet (exactly, see the
         module's docstring). `m.sessions[sid] = [replica, position]`."""
         by_sid = self.sessions.by_sid
-        # [session, link, exact, held]: exact while the next fetch must be applied as is
+        # [session, link, exact, held]: exact while the next fetch must be
+        # applied as is; held, the (leader_epoch, fetch_offset) its session
+        # holds for this partition (None: forgotten), looked up once: it does
+        # not change while catching up (only a listed fetch or a forget
+        # changes it).
         streams = None
         for sid, link in m.sessions.items():
             session = by_sid[sid]
             if link[1] < session.end:
                 if streams is None:
-                    streams = [[session, link, True]]
+                    tp = (m.topic, m.partition)
+                    streams = [[session, link, True, session.cached.get(tp)]]
                 else:
-                    streams.append([session, link, True])
+                    streams.append([session, link, True, session.cached.get(tp)])
         if streams is None:
             return  # nothing pending (the common case: a listed or busy partition)
-        # Each stream's (leader_epoch, fetch_offset) its session holds for
-        # this partition (None: forgotten), looked up once: it does not
-        # change while catching up (only a listed fetch or a forget changes it).
-        tp = (m.topic, m.partition)
-        for st in streams:
-            st.append(st[0].cached.get(tp))
         engine = self.engine
         if engine.reached >= 0:
             engine._settle(m)  # the checks the deadline index let it skip
@@ -413,8 +412,7 @@ class SessionDriver:
         order = _by_next_order(streams)
         latest = -1  # the last pending fetch's ts
         for st in order:
-            session = st[0]
-            ts = session.log[session.end - 1 - session.base][0]
+            ts = st[0].log[-1][0]  # (the log holds the positions up to session.end)
             if ts > latest:
                 latest = ts
         engine = self.engine
@@ -436,10 +434,10 @@ class SessionDriver:
         for st in order:
             session, link = st[0], st[1]
             pos = session.end - 1
-            log, base, replica = session.log, session.base, session.replica
-            ts, fetch_ts, epoch, _order = log[pos - base]
+            log, replica = session.log, session.replica
+            ts, fetch_ts, epoch, _order = log[-1]  # (at pos: the log ends at session.end)
             # (the fetches skipped showed the leader running until the one before)
-            skipped_ts = log[pos - 1 - base][0] if pos > link[1] else -1
+            skipped_ts = log[-2][0] if pos > link[1] else -1
             if fetch_values and engine.apply_folded_fetch(
                     m, m.followers[replica], replica, ts, fetch_ts, -1 if epoch == -2 else epoch,
                     skipped_ts):
@@ -478,7 +476,7 @@ class SessionDriver:
             return False  # a fetch may be ignored, confirm a stall, or be heard
         by_sid, tp = self.sessions.by_sid, (m.topic, m.partition)
         brokers = engine.brokers.get(m.cluster)
-        stale = brokers is not None and brokers.states
+        newest = -1 if brokers is None else brokers.newest_epoch
         bound, gap = engine.quiet_serve_ms, self.stall_bound_ms
         for sid, link in m.sessions.items():
             session = by_sid.get(sid)
@@ -505,7 +503,7 @@ class SessionDriver:
                     return False
             else:
                 epoch = f.broker_epoch
-            if stale and brokers.is_stale_fetch(replica, epoch):
+            if epoch < newest and brokers.is_stale_fetch(replica, epoch):
                 return False
         return True
 
@@ -533,7 +531,8 @@ class SessionDriver:
         ts, fetch_ts, epoch, _order = session.log[link[1] - session.base]
         if epoch == -2:
             epoch = -1
-        if epoch != f.broker_epoch or (brokers.states and brokers.is_stale_fetch(replica, epoch)):
+        if epoch != f.broker_epoch or (epoch < brokers.newest_epoch
+                                       and brokers.is_stale_fetch(replica, epoch)):
             return False
         last = m.leader_active_ts
         if last >= 0 and ts - last > self.stall_bound_ms:

@@ -288,7 +288,7 @@ class PartitionModel:
             if not self.bootstrap:
                 return rejected(f"replica {replica} is not in the assignment {self.replicas}")
             f = self._bootstrap_follower(replica, ts)
-        if brokers.states and brokers.is_stale_fetch(replica, broker_epoch):
+        if broker_epoch < brokers.newest_epoch and brokers.is_stale_fetch(replica, broker_epoch):
             return STALE_BROKER_EPOCH
         rules = self.rules
         if rules.policy == KAFKA and fetch_offset >= fetch_leader_leo:
@@ -346,7 +346,7 @@ class PartitionModel:
         # (stall_bound_ms(rules), inline: this runs for most fetches caught up)
         if last >= 0 and ts - last > rules.replica_lag_time_max_ms:
             return False  # it may start a stall suspicion (_note_activity)
-        if brokers.states and brokers.is_stale_fetch(replica, broker_epoch):
+        if broker_epoch < brokers.newest_epoch and brokers.is_stale_fetch(replica, broker_epoch):
             return False
         self.take_times_fetch(f, ts, fetch_ts)
         return True

@@ -388,15 +388,17 @@ class StateThrottle(Listener):
         for key in keys:
             models = list(models_of(key))
             latest = {(m.rules.policy, *key): membership(m) for m in models}
+            end = None  # its next interval's end, where _due knows it
             if flush or interval <= 0:
                 start = now
             else:
-                start = self._due(key, latest, now)
-                if start is None:
+                when = self._due(key, latest, now)
+                if when is None:
                     continue
+                start, end = when
             pending.discard(key)
             if indexed:  # indexed at once at its next interval's end (as _index_new)
-                self._place(key, self._interval_end(key, start))
+                self._place(key, self._interval_end(key, start) if end is None else end)
             else:
                 due_at.pop(key, None)
             for k, members in latest.items():
@@ -486,7 +488,8 @@ class StateThrottle(Listener):
     def _due(self, key: tuple, latest: dict, now: int):
         """Whether partition `key`'s record goes out at `now` (`latest`: its
         membership under each policy), as the watermark its next interval
-        counts from (`sent`), or None. At once (from `now`) when a policy's
+        counts from (`sent`) and that interval's end where known here (else
+        None: `_interval_end`), or None. At once (from `now`) when a policy's
         model was never sent or its membership differs from its last
         record's. On time when the watermark reached the partition's instant
         (phase_of) at or after `interval_ms` since a policy's last record:
@@ -500,7 +503,7 @@ class StateThrottle(Listener):
         for k, members in latest.items():
             last = sent.get(k)
             if last is None or last[1] != members:
-                return now
+                return now, None
             if start is None or last[0] < start:
                 start = last[0]
         if start is None:
@@ -508,7 +511,10 @@ class StateThrottle(Listener):
         phase = phase_of(key, interval)
         if now < next_instant(start + interval, phase, interval):
             return None
-        return now - (now + phase) % interval
+        # Counted from an instant of its own, its next interval ends one
+        # interval on (_interval_end's, without phase_of's crc32 again).
+        start = now - (now + phase) % interval
+        return start, start + interval
 
     def all_sent(self, models: Iterable, now: int) -> None:
         """Every model's state went out (the end of a bounded input)."""
