@@ -4,7 +4,8 @@ the `isr_lines` source; the workers Spark forked to create the data source and
 to plan its read, and the daemons that forked them, are gone once the query
 ran, where Spark would keep the workers a minute and the daemons for the
 application's life. A second query of the same application plans again
-(Spark starts the daemons anew)."""
+(Spark starts the daemons anew). The lookup of `pyspark_*` packages' sources
+never starts its daemon (planners.skip_source_lookup)."""
 
 import json
 import os
@@ -76,13 +77,14 @@ def planner_workers(tmp_path, queries=1, **env) -> list:
 
 def test_the_sources_planner_workers_and_daemons_end_with_their_call(tmp_path):
     got = planner_workers(tmp_path, queries=2)
-    # each query read the line, its planning done anew by new daemons; what
-    # stays is the lookup's daemon (none of the job's code runs there)
+    # each query read the line, its planning done anew by new daemons, and
+    # no planner's daemon stays: not even the lookup's (Spark keeps it for
+    # the application's life), which never started
     assert [[rows > 0, sorted(daemons)] for rows, daemons in got] \
-        == [[True, [LOOKUP]], [True, [LOOKUP]]]
+        == [[True, []], [True, []]]
 
 
-def test_isr_planner_reuse_leaves_them_to_spark(tmp_path):
-    got = planner_workers(tmp_path, ISR_PLANNER_REUSE="1")
-    assert [[rows > 0, {step: daemons.get(step) for step in STEPS}] for rows, daemons in got] \
-        == [[True, {step: 1 for step in STEPS}]]
+def test_isr_planner_reuse_and_source_lookup_leave_them_to_spark(tmp_path):
+    got = planner_workers(tmp_path, ISR_PLANNER_REUSE="1", ISR_SOURCE_LOOKUP="1")
+    assert [[rows > 0, {step: daemons.get(step) for step in (*STEPS, LOOKUP)}]
+            for rows, daemons in got] == [[True, {step: 1 for step in (*STEPS, LOOKUP)}]]

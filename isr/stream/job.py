@@ -209,6 +209,9 @@ def spark_session(settings: Settings, master: Optional[str] = None, app_name: st
     from isr.stream.jvm import keep_archive_at_exit
 
     keep_archive_at_exit(spark)  # if its JVM writes the class archive
+    from isr.stream.planners import skip_source_lookup
+
+    skip_source_lookup(spark)  # before any source is registered or named
     if os.environ.get("ISR_SPARK_LOG_LEVEL"):  # else spark-log4j2.properties' levels
         set_log_level(spark, os.environ["ISR_SPARK_LOG_LEVEL"])
     return spark

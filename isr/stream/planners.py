@@ -30,6 +30,15 @@ has no other worker. Should the JVM need that planner again (another query
 of the application), its connection to the gone daemon fails and Spark
 starts a new daemon (PythonWorkerFactory.createThroughDaemon's restart).
 `ISR_PLANNER_REUSE=1` leaves the workers and the daemons to Spark as before.
+
+The third planner, `lookup_data_sources`, runs none of the job's code: when
+a session first touches its data source manager (registering or naming any
+source), Spark forks a daemon and a worker that import every top-level
+`pyspark_*` package to register their `DefaultSource`s, and keeps the
+worker a minute and the daemon (47 + 53 MB) for the application's life. The
+job names its own sources and never one found that way: `skip_source_lookup`
+tells Spark's `DataSourceManager` that the lookup found nothing, before it
+runs, so it never starts. `ISR_SOURCE_LOOKUP=1` lets Spark look them up.
 """
 
 from __future__ import annotations
@@ -39,6 +48,10 @@ import subprocess
 import sys
 
 ENV = "ISR_PLANNER_REUSE"
+LOOKUP_ENV = "ISR_SOURCE_LOOKUP"
+# Spark's object (4.x) whose `dataSourceBuilders` (None until looked up) holds
+# the `pyspark_*` packages' sources its one lookup per JVM found.
+DATA_SOURCE_MANAGER = "org.apache.spark.sql.execution.datasources.DataSourceManager$"
 PLANNER_MODULES = "pyspark.sql.worker."
 # The watcher: wait for the worker ($1) to be gone, then end its daemon ($2)
 # unless the daemon forked another worker meanwhile or is no longer it.
@@ -82,3 +95,21 @@ def _end_daemon_after(worker: int, daemon: int) -> None:
     subprocess.Popen(["sh", "-c", END_DAEMON, "end-planner-daemon", str(worker), str(daemon)],
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+
+
+def skip_source_lookup(spark) -> bool:
+    """Record "no `pyspark_*` sources" as the driver JVM's lookup result unless
+    it looked already (or `ISR_SOURCE_LOOKUP=1`); whether it did. Another
+    Spark (no such object or field) is left to look them up."""
+    if os.environ.get(LOOKUP_ENV) == "1":
+        return False
+    try:
+        jvm = spark.sparkContext._jvm
+        manager = getattr(getattr(jvm, DATA_SOURCE_MANAGER), "MODULE$")
+        if not manager.dataSourceBuilders().isEmpty():
+            return False  # looked up already: what it found stays registered
+        nothing = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
+        getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Some(nothing))
+        return True
+    except Exception:  # noqa: BLE001 - py4j's error for another Spark's internals
+        return False
