@@ -109,8 +109,9 @@ def layout2_run(batches, cache: str, seed: int = 0, key: str = "q") -> list:
     p = BucketProcessor(MONITOR)
     state, out, first = State(), [], 0
     # Deltas even when every model changed, a snapshot every 5 batches: both paths.
-    shares = statelog.DIRTY_SHARE, statelog.LOG_SHARE, statelog.COMPACT_AFTER
-    statelog.DIRTY_SHARE, statelog.LOG_SHARE, statelog.COMPACT_AFTER = 2, 1e9, 5
+    rule = statelog._compacts
+    statelog._compacts = lambda stored, engine: (
+        stored.snapshot is None or bool(engine.unclaimed) or len(stored.log) >= 5)
     statelog._CACHE.clear()
     workers = [({}, "worker-a"), ({}, "worker-b")]  # "swap": two workers in turn
     for i, values in enumerate(batches):
@@ -126,7 +127,7 @@ def layout2_run(batches, cache: str, seed: int = 0, key: str = "q") -> list:
         first += len(values)
     statelog._CACHE = OrderedDict()
     statelog._TOKEN = TOKEN
-    statelog.DIRTY_SHARE, statelog.LOG_SHARE, statelog.COMPACT_AFTER = shares
+    statelog._compacts = rule
     return out
 
 
@@ -569,3 +570,26 @@ def test_an_engine_process_ends_with_the_process_that_forked_the_workers(tmp_pat
         for name in (*stale, kept):
             if os.path.exists(name):
                 os.unlink(name)
+
+
+class _Engine:
+    """What statelog._compacts reads of an engine: its models and the changed ones."""
+
+    def __init__(self, models: int, changed: int) -> None:
+        self.partitions = {"kafka": dict.fromkeys(range(models))}
+        self.dirty = dict.fromkeys(range(changed))
+        self.unclaimed: dict = {}
+
+
+@pytest.mark.parametrize("changed, log, compacts", [
+    (25, 600, False),  # a quarter changed, the log past half the snapshot: a delta (was: a snapshot)
+    (60, 700, False),  # most changed, the log short: a delta (was: a snapshot)
+    (25, 1600, True),  # the log past LOG_SHARE snapshots
+    (0, 1600, True),
+    (85, 0, True),     # nearly all changed: the snapshot costs about what the delta would
+])
+def test_a_save_compacts_when_nearly_every_model_changed_or_the_log_is_long(changed, log,
+                                                                           compacts):
+    stored = statelog.Stored(None, b"s" * 1000, [b"d" * log] if log else [])
+    assert (statelog.LOG_SHARE, statelog.DIRTY_SHARE) == (1.5, 0.8)
+    assert statelog._compacts(stored, _Engine(100, changed)) is compacts

@@ -25,8 +25,9 @@ segments' sizes, in order:
   the same way (`_defer_queue`): as the chunks, not as decoded events.
 
 A save re-uses every segment as it is and appends only the batch's delta
-and chunks; every COMPACT_AFTER deltas, or when the log grows past half the
-snapshot, or when most models changed, it writes a new snapshot instead.
+and chunks; every COMPACT_AFTER deltas, or when the log grows past
+LOG_SHARE snapshots, or when nearly every model changed, it writes a new
+snapshot instead (`_compacts`).
 
 The worker keeps each bucket's engine with the version it last saved
 (`_CACHE`). When a row arrives with that version (the same worker ran the
@@ -64,8 +65,8 @@ _HEAD = MAGIC + b"3\n"
 _HEAD_2 = MAGIC + b"2\n"  # layout 2: migrated (the same header, deltas of engine state 3)
 QUEUE_SLICE_MS = 1000  # a batch's queued events are written in chunks of this much ts (_chunks)
 COMPACT_AFTER = 16  # deltas at most in a row's log
-LOG_SHARE = 0.5  # a new snapshot once the log is this share of the snapshot's size
-DIRTY_SHARE = 0.5  # ... or this share of the models changed in one batch
+LOG_SHARE = 1.5  # a new snapshot once the log is this share of the snapshot's size
+DIRTY_SHARE = 0.8  # ... or this share of the models changed in one batch (_compacts)
 
 # This worker process's rows: (token, counter) is never written twice.
 _TOKEN = os.urandom(8).hex()
@@ -328,6 +329,24 @@ def _rebuild(processor, blob: bytes, header: dict, at: int, layout, version) -> 
                   [tuple(v) for v in header.get("versions", [])])
 
 
+def _compacts(stored: Stored, engine) -> bool:
+    """Whether this save writes a whole snapshot rather than a delta. A
+    snapshot encodes every model, a delta the changed ones (plus the
+    listeners' and sessions' changes): in a batch that changed half the
+    models the snapshot costs about twice the delta, at 80 % ~1.2 times.
+    The log costs a rebuild (a cache miss) only its bytes to decode, as each
+    model is built once from its last row (snapshot.fold_log): so deltas
+    until the log passes LOG_SHARE snapshots, unless nearly every model
+    changed (docs/benchmarks.md, issue 23, branch `snapshare`). Always a
+    snapshot when there is none yet, when a state no listener took is to be
+    dropped (engine.unclaimed), and after COMPACT_AFTER deltas."""
+    if stored.snapshot is None or engine.unclaimed or len(stored.log) >= COMPACT_AFTER:
+        return True
+    models = sum(len(parts) for parts in engine.partitions.values())
+    return (stored.log_bytes > LOG_SHARE * len(stored.snapshot)
+            or len(engine.dirty) > DIRTY_SHARE * models)
+
+
 def save(stored: Stored, arrived: list, key: tuple) -> bytes:
     """The row after a batch (`arrived`: the events it queued, as the
     sequencer holds them), and the engine kept for the next batch."""
@@ -342,10 +361,7 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
     else:
         stored.chunks = []  # all applied (the end of a bounded input)
     stored.bucket.written = []
-    models = sum(len(parts) for parts in engine.partitions.values())
-    if (stored.snapshot is None or engine.unclaimed or len(stored.log) >= COMPACT_AFTER
-            or stored.log_bytes > LOG_SHARE * len(stored.snapshot)
-            or len(engine.dirty) > DIRTY_SHARE * models):
+    if _compacts(stored, engine):
         snapshot.clear_changes(engine)
         # A whole snapshot also drops the states no listener takes any more
         # (engine.unclaimed: handed on by this batch's outputs).
@@ -359,14 +375,16 @@ def save(stored: Stored, arrived: list, key: tuple) -> bytes:
         stored.log.append(entry)
         stored.log_bytes += len(entry)
         STATS["deltas"] += 1
+    snap = stored.snapshot
+    assert snap is not None  # _compacts: a snapshot if there was none
     stored.version = (_TOKEN, next(_COUNTER))
     stored.versions.append(stored.version)
     header = orjson.dumps({
         "layout": list(stored.bucket.layout), "version": list(stored.version),
         "versions": [list(v) for v in stored.versions],
-        "snapshot": len(stored.snapshot), "log": [len(b) for b in stored.log],
+        "snapshot": len(snap), "log": [len(b) for b in stored.log],
         "queue": [[c[0], len(c[1]), *c[2:3]] for c in stored.chunks]})
-    row = b"".join([_HEAD, len(header).to_bytes(4, "little"), header, stored.snapshot,
+    row = b"".join([_HEAD, len(header).to_bytes(4, "little"), header, snap,
                     *stored.log, *(c[1] for c in stored.chunks)])
     if CACHE_ENTRIES > 0:
         _CACHE[key] = stored
