@@ -514,21 +514,34 @@ def test_an_instants_alerts_are_the_same_when_a_restart_cuts_the_instant():
             assert sorted(got, key=output_order) == sorted(whole.decisions, key=output_order), cut
 
 
-def watch_states_after_each_event(events, general: bool) -> tuple[list, list]:
+def watch_states_after_each_event(events, general: bool,
+                                  full_appends: bool = False) -> tuple[list, list, list]:
     """Every watch's whole state (its derived fields too) after each event,
     and the decisions; `general`: with the `due_lag` follower's fetch to the
-    LEO taken by after_fetch's general path instead of due_lag_caught_up."""
+    LEO taken by after_fetch's general path instead of due_lag_caught_up;
+    `full_appends`: with every append taken by the event's note and the full
+    step instead of _quiet_append_alone (taken: whether each shortcut call
+    ended the event)."""
     engine = local_engine(MonitorSettings(policy=["legacy", "kip16", "kafka", "kip501"]))
     listener = engine.listener(AlertListener)
+    evaluator = listener.evaluator
     taken = []
-    fast = listener.evaluator.due_lag_caught_up
+    fast, fast_append = evaluator.due_lag_caught_up, evaluator._quiet_append_alone
 
     def counted(*args):
         done = fast(*args)
         taken.append(done)
         return done
 
-    listener.evaluator.due_lag_caught_up = (lambda *args: False) if general else counted
+    def counted_append(*args):
+        done = fast_append(*args)
+        taken.append(("append", done))
+        return done
+
+    evaluator.due_lag_caught_up = (lambda *args: False) if general else counted
+    evaluator._quiet_append_alone = (
+        (lambda w, model, ts: (evaluator._note_event(w, model, ts), False)[1]) if full_appends
+        else counted_append)
     states = []
     for ev in sorted(events, key=lambda e: e.ts):  # applied at once, in ts order
         engine.apply(ev)
@@ -549,6 +562,49 @@ def test_the_due_lag_followers_fetch_to_the_leo_leaves_the_watch_as_after_fetch_
     general, general_out, _ = watch_states_after_each_event(events, general=True)
     assert taken.count(True) >= 2  # the shortcut was taken
     assert fast == general and fast_out == general_out
+
+
+# A watch's instants (Watch): the earliest a condition may change. The full
+# step sets them to the next crossing; an append's settling may keep an
+# earlier one, which wakes the partition for a scan that finds nothing.
+INSTANTS = ("due", "wake", "lag_floor", "quiet_to")
+# The open instant's bookkeeping (Watch.held): which step of one ms moves an
+# alert may differ, what the instant sends when it closes may not (the
+# decisions are compared).
+OPEN_INSTANT = ("held", "open_t")
+
+
+def appends_settled_as_by_the_full_step(events) -> list:
+    """The appends the one-body settling took, after checking that with it
+    every watch equals the full step's but for its instants, which are no
+    later, and the decisions are the same."""
+    fast, fast_out, taken = watch_states_after_each_event(events, general=False)
+    full, full_out, _ = watch_states_after_each_event(events, general=False, full_appends=True)
+    assert fast_out == full_out
+    names = [s for s in Watch.__slots__ if s not in ("stall", "flaps")]
+    for after_fast, after_full in zip(fast, full):
+        for (key, values, stall, flaps), (key2, values2, stall2, flaps2) in zip(after_fast,
+                                                                                after_full):
+            assert (key, stall, flaps) == (key2, stall2, flaps2)
+            same_due = values[names.index("due")] == values2[names.index("due")]
+            for name, a, b in zip(names, values, values2):
+                if name in INSTANTS and a is not None and b is not None:
+                    assert a <= b, (key, name)
+                elif name == "due_lag":  # whose crossing `due` is: as `due`
+                    assert a == b or not same_due, (key, name)
+                elif name not in OPEN_INSTANT:
+                    assert a == b, (key, name)
+    return [done for kind, done in (t for t in taken if isinstance(t, tuple))]
+
+
+def test_an_append_without_an_alert_leaves_the_watch_as_the_full_step_does():
+    # Appends to a partition whose followers keep up, then one whose
+    # follower falls behind: the one-body settling of an append
+    # (_quiet_append_alone) decides as the event's note and the full step.
+    events = [leader(0), fetch(500, 2, 0, 0), fetch(600, 3, 0, 0), append(1000, 10),
+              fetch(1500, 2, 0, 10), fetch(1600, 3, 10, 10), append(2000, 20),
+              fetch(2500, 2, 10, 20), append(3000, 30), fetch(3500, 3, 20, 30)]
+    assert appends_settled_as_by_the_full_step(events).count(True) >= 8  # the shortcut was taken
 
 
 @settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "100")), deadline=None,
