@@ -109,9 +109,8 @@ def layout2_run(batches, cache: str, seed: int = 0, key: str = "q") -> list:
     p = BucketProcessor(MONITOR)
     state, out, first = State(), [], 0
     # Deltas even when every model changed, a snapshot every 5 batches: both paths.
-    rule = statelog._compacts
-    statelog._compacts = lambda stored, engine: (
-        stored.snapshot is None or bool(engine.unclaimed) or len(stored.log) >= 5)
+    shares = statelog.DIRTY_SHARE, statelog.LOG_SHARE, statelog.COMPACT_AFTER
+    statelog.DIRTY_SHARE, statelog.LOG_SHARE, statelog.COMPACT_AFTER = 2, 1e9, 5
     statelog._CACHE.clear()
     workers = [({}, "worker-a"), ({}, "worker-b")]  # "swap": two workers in turn
     for i, values in enumerate(batches):
@@ -127,7 +126,7 @@ def layout2_run(batches, cache: str, seed: int = 0, key: str = "q") -> list:
         first += len(values)
     statelog._CACHE = OrderedDict()
     statelog._TOKEN = TOKEN
-    statelog._compacts = rule
+    statelog.DIRTY_SHARE, statelog.LOG_SHARE, statelog.COMPACT_AFTER = shares
     return out
 
 
