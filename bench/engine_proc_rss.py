@@ -6,7 +6,10 @@ reset. Usage (from /tmp, PYTHONPATH=TREE):
         --set monitor.replica_lag_time_max_ms=10000 [--probe] [--end]
 --probe: the engine processes are bench/engine_proc_probe.py, which resets the
 peak around each phase of a call and logs it to $PROBE_LOG (the per-call peaks
-printed here are then only the last phases'; read the log). Issue 23,
+printed here are then only the last phases'; read the log).
+--census N: the engine processes are bench/engine_proc_census.py, which write
+what they hold after their Nth call to $CENSUS_OUT.<pid> (read its docstring).
+Issue 23,
 docs/benchmarks.md, branch `enginerss`."""
 import argparse, hashlib, json, os, subprocess, sys, time, zlib
 import orjson
@@ -20,6 +23,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("file"); ap.add_argument("--batch", type=int, default=100000)
 ap.add_argument("--buckets", type=int, default=2); ap.add_argument("--input-partitions", type=int, default=2)
 ap.add_argument("--probe", action="store_true"); ap.add_argument("--end", action="store_true")
+ap.add_argument("--census", type=int, help="engine processes write a census after this call")
 ap.add_argument("--set", action="append", default=[])
 args = ap.parse_args()
 settings = load_settings(None, ['monitor.policy=["kafka"]', "monitor.alerts.enabled=true", *args.set])
@@ -38,10 +42,14 @@ end_packer = Packer(labels, monitor.max_future_ms)
 # start the engine processes ourselves (the probing one with --probe)
 procs = []
 env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="1048576")
+if args.census:
+    env.update(CENSUS_AT=str(args.census), CENSUS_OUT=os.environ.get("CENSUS_OUT", "census"))
+here = os.path.dirname(os.path.abspath(__file__))
+probe = "engine_proc_census.py" if args.census else "engine_proc_probe.py" if args.probe else None
 for b in labels:
     path = engineproc.address((b, args.buckets))
-    cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_proc_probe.py") if args.probe else "-m",
-           *([] if args.probe else ["isr.stream.engineproc"]), path, str(os.getppid())]
+    cmd = [sys.executable, *([os.path.join(here, probe)] if probe else ["-m", "isr.stream.engineproc"]),
+           path, str(os.getppid())]
     procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
 for b, p in zip(labels, procs):
     while engineproc._try_connect(engineproc.address((b, args.buckets))) is None:
