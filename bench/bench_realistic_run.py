@@ -631,6 +631,9 @@ def _run(args, c) -> None:
               f"{cluster_s / cpu_all:.2f}x real time per core, "
               f"{2 * cluster_s / cpu_all:.2f}x on 2 cores; "
               f"{cluster_s / (last['end'] - t0):.2f}x by the wall clock")
+        engine_cpu = sum(c for pid, c in w.cpu.items() if pid in w.engines)
+        print(f"  workers split: engine processes {engine_cpu:.1f} CPU s, task workers and "
+              f"daemon {kinds.get('workers', 0.0) - engine_cpu:.1f}")
         print(f"  first batch: {first['rows']:,} records, committed {first['end'] - t0:.1f} s "
               f"after the start, {cpu_first:.1f} CPU s by then")
         if steady_rows:
