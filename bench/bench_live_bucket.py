@@ -185,7 +185,7 @@ def main() -> None:
                 if r.kind != "partition_metrics":
                     decisions.update(line)
                 else:
-                    sent_states += r.value.count('"type":"partition_state"')
+                    sent_states += len(orjson.loads(r.value))  # (states and shared ids)
                 if dump is not None:
                     dump.write(line)
         if sink is not None:

@@ -64,6 +64,25 @@ def test_the_jobs_partition_metrics_record_feeds_the_gauges_without_partition_st
     assert value(m, "isr_partitions", cluster="default", policy="kafka") == 2
 
 
+def test_a_metrics_record_that_names_a_partition_state_record_of_its_batch_feeds_its_state():
+    """A state the batch also writes as a partition_state record is listed in
+    the partition_metrics record by that record's id (its JSON once in the
+    bucket's result): the gauges show it as if listed in full, the other
+    states of the record too, and a partition_state record it does not name
+    is no feed."""
+    r = run([leader(0, replicas=[1, 2, 3], min_insync_replicas=2), fetch(100, 2, 0, 0),
+             leader(0, partition=1, replicas=[1, 2]), leader(0, partition=2, replicas=[1])])
+    states = [to_record(s) for s in r.engine.states()]  # partitions 0, 1, 2
+    shown = json.dumps([states[0].id, json.loads(states[1].value)])
+    m = Metrics(MetricsSettings())
+    m.observe_records([*states, OutputRecord(PARTITION_METRICS, "0", "metrics/0", T0, shown)])
+    assert value(m, "isr_partition_in_sync_replicas", **P) == 3
+    assert value(m, "isr_follower_in_isr", **P, replica="2") == 1
+    assert value(m, "isr_partition_replicas", **{**P, "partition": "1"}) == 2
+    assert value(m, "isr_partition_replicas", **{**P, "partition": "2"}) is None
+    assert value(m, "isr_partitions", cluster="default", policy="kafka") == 2
+
+
 def test_cluster_counts_hold_whatever_the_per_partition_switch():
     """A follower stuck for 45 s leaves a min-ISR-2 partition of RF 2 with the
     leader alone: under min ISR, under-replicated, leader only."""

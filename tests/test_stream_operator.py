@@ -21,7 +21,7 @@ from strategies import event_streams, session_streams
 from isr.config import MonitorSettings
 from isr.contract import DECISION_TYPES, decode, validate
 from isr.contract.decisions import PartitionState
-from isr.contract.records import to_record
+from isr.contract.records import metrics_states, to_record
 from isr.contract.fast import encode
 from isr.contract.policies import POLICIES
 from isr.engine import snapshot
@@ -287,8 +287,7 @@ def test_partition_state_is_throttled_but_membership_changes_and_the_end_of_run_
         offset += len(events)
         bucket = p.restore(p.save(bucket))  # the throttle's state survives a restart
         sent.append([(s["ts"] - T0, s["isr"]) for s in of_kind(out, "partition_state")])
-        metrics.append([(s["ts"] - T0, s["isr"]) for r in out if r.kind == "partition_metrics"
-                        for s in json.loads(r.value)])
+        metrics.append([(s["ts"] - T0, s["isr"]) for s in metrics_states(out)])
     assert sent == [[(1500, [1, 2])], [], [], [], [(13000, [1, 2])], [(45000, [1])], []]
     assert metrics == [[(1500, [1, 2])], [(3500, [1, 2])], [(6500, [1, 2])], [(13000, [1, 2])],
                        [], [(45000, [1])], [(50000, [1])]]
@@ -317,8 +316,11 @@ def test_a_partition_in_both_outputs_of_a_batch_shows_the_same_state_and_every_c
         out = process(p, bucket, [pack(events, first_offset=offset)])
         offset += len(events)
         states = of_kind(out, "partition_state")
-        metrics = [s for r in out if r.kind == "partition_metrics" for s in json.loads(r.value)]
-        assert states == metrics
+        assert list(metrics_states(out)) == states
+        # each state's JSON once in the bucket's result: the metrics list
+        # the partition_state records' ids
+        assert [json.loads(r.value) for r in out if r.kind == "partition_metrics"] == [
+            [r.id for r in out if r.kind == "partition_state"]]
         shown.append([(s["partition"], s["leader_leo"], s["hw"], s["isr"],
                        [f["leo"] for f in s["followers"]]) for s in states])
     assert shown == [[(0, 10, 10, [1, 2], [10]), (1, 0, 0, [1, 2], [-1])],
@@ -584,7 +586,7 @@ def test_the_metrics_get_changed_and_at_risk_partitions_not_quiet_session_fetche
         for p, bucket, sink in runs:
             out = process(p, bucket, [pack(events, first_offset=offset)])
             sink.observe_records(out, now=1e9)
-            states = [s for r in out if r.kind == "partition_metrics" for s in json.loads(r.value)]
+            states = list(metrics_states(out))
             if p is quiet:
                 sent.append([s["partition"] for s in states])
                 since.append([max(0, s["ts"] - f["last_caught_up_ts"]) for s in states
@@ -644,8 +646,7 @@ def test_the_metrics_look_only_at_partitions_changed_or_whose_session_lapsed_or_
         looked.clear()
         out = process(p, bucket, [pack(events, first_offset=offset)])
         offset += len(events)
-        sent.append(sorted({s["partition"] for r in out if r.kind == "partition_metrics"
-                            for s in json.loads(r.value)}))
+        sent.append(sorted({s["partition"] for s in metrics_states(out)}))
         looked_at.append(sorted(set(looked)))
     # (a batch's fetches reach the watermark, hence the metrics, a batch later)
     assert sent == [[0, 1, 2], [], [0], [], [1, 2]]

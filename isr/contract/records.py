@@ -9,7 +9,9 @@ to Kafka).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Iterator, NamedTuple, Sequence
+
+import orjson
 
 from isr.contract.decisions import (Alert, DeadLetter, IsrChange, IsrPropagation,
                                     PartitionState, partition_state_json)
@@ -18,7 +20,9 @@ SUMMARY = "summary"  # end of a bounded input: a bucket's model statistics
 WATERMARK = "watermark"  # the watermark a bucket reached in the batch (ts)
 # The states of every partition a bucket's batch touched, as a JSON list of
 # partition_state objects: the metrics' feed, whatever output.state_interval_ms
-# lets through to the state topic.
+# lets through to the state topic. A state the batch also writes as a
+# partition_state record is listed as that record's id (a JSON string), not
+# again: read them with metrics_states.
 PARTITION_METRICS = "partition_metrics"
 # The ZooKeeper-era propagation state a bucket's row held when the buckets
 # ran it (before it moved to the driver, stream/propagation.py): handed to
@@ -37,6 +41,26 @@ class OutputRecord(NamedTuple):
 
 # Spark's DDL for the same fields (the stateful stage's output schema).
 SPARK_SCHEMA = "kind string, key string, id string, ts long, value string"
+
+
+def metrics_states(records: Sequence["OutputRecord"]) -> Iterator[dict]:
+    """The partition states a batch's PARTITION_METRICS records list, in
+    order, each element read from the record itself or, when it is a
+    string, from the batch's partition_state record of that id: when every
+    partition's state goes out, each bucket's result carried every state
+    twice (~27 MB of JSON each at 50 k partitions a bucket; the driver JVM
+    held that result twice in its heap: docs/benchmarks.md, issue 23, branch
+    `jvmrss`)."""
+    shared: dict[str, str] | None = None
+    for r in records:
+        if r.kind != PARTITION_METRICS:
+            continue
+        for state in orjson.loads(r.value):
+            if state.__class__ is str:
+                if shared is None:  # (only a batch that shares one builds the index)
+                    shared = {s.id: s.value for s in records if s.kind == "partition_state"}
+                state = orjson.loads(shared[state])
+            yield state
 
 
 def partition_key(d) -> str:

@@ -56,7 +56,7 @@ except ImportError:  # another version: /metrics is make_wsgi_app's alone
     _om_escape = None  # type: ignore[assignment]
 
 from isr.config import MetricsSettings
-from isr.contract.records import PARTITION_METRICS, WATERMARK, OutputRecord
+from isr.contract.records import WATERMARK, OutputRecord, metrics_states
 from isr.model.health import isr_health
 from isr.sinks.base import Run, Sink
 from isr.sinks.progress import input_lag, input_records
@@ -463,15 +463,15 @@ class Metrics(Sink):
                         ) -> None:
         """One micro-batch's output records."""
         now = time.time() if now is None else now
+        records = records if isinstance(records, list) else list(records)
         watermark = -1
         moves: dict[tuple, list] = {}  # the cluster counts' changes (_count, _move_counts)
+        for state in metrics_states(records):  # every partition the batch touched
+            self._state(state, now, moves)
         for r in records:
             kind, value = r.kind, r.value
             if kind == WATERMARK:  # every bucket reports the same one
                 watermark = max(watermark, r.ts)
-            elif kind == PARTITION_METRICS:  # every partition the batch touched
-                for state in orjson.loads(value):
-                    self._state(state, now, moves)
             elif kind == "isr_change":
                 d = orjson.loads(value)
                 counter = self.shrinks if d["action"] == "shrink" else self.expands

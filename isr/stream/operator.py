@@ -22,6 +22,7 @@ import pickle
 import zlib
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -206,17 +207,19 @@ class BucketProcessor:
             models_of = lambda key: self._models(engine, key)  # noqa: E731
             touched = bucket.touched.take_touched()
             states = _StatesOnce(self.several)
+            shown: list = []  # (model, its state record) the metrics show
             if self.partition_metrics and touched:
                 keys = bucket.touched.metrics_keys(
                     touched, lambda key: self._models(engine, key, False), wm,
                     engine.session_driver.sessions.by_sid)
-                if keys:
-                    internal.append(OutputRecord(
-                        PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
-                        _json_list([states(m).value for key in keys
-                                    for m in models_of(key)])))
+                shown = [(m, states(m)) for key in keys for m in models_of(key)]
             due = bucket.touched.due(lambda key: self._models(engine, key, False), wm, flush,
                                      engine.current)
+            if shown:
+                internal.append(OutputRecord(
+                    PARTITION_METRICS, str(bucket_id), f"metrics/{bucket_id}", wm,
+                    _metrics_value(shown, due)))
+                del shown
             return self._emit(engine, (states.take(m) for m in due), dead, internal,
                               hand_over)
         finally:
@@ -299,6 +302,17 @@ class _StatesOnce(dict):
         model's state goes out once a batch)."""
         record = self.pop(id(model), None)
         return state_record(model.state_fields(), self.several) if record is None else record
+
+
+def _metrics_value(shown: list, due: list) -> str:
+    """The partition_metrics record's JSON list: each shown model's state
+    (`shown`: (model, its state record)), or, for a model whose
+    partition_state record this batch writes too (`due`), that record's id:
+    the same JSON once in the bucket's result, not twice
+    (records.metrics_states reads it back)."""
+    going = {id(m) for m in due}
+    return _json_list([orjson.dumps(r.id).decode() if id(m) in going else r.value
+                       for m, r in shown])
 
 
 def _json_list(texts: list[str]) -> str:
