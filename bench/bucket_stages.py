@@ -25,7 +25,8 @@ from isr.engine import local
 from isr.model import partition
 
 acc = {}
-stack = []
+stack = []  # the stages being timed, innermost last
+tstart = []  # when each began, or last resumed after a nested one
 
 def wrap(owner, name, stage):
     f = getattr(owner, name)
@@ -42,9 +43,8 @@ def wrap(owner, name, stage):
             stack.pop(); tstart.pop()
             if stack:
                 tstart[-1] = t2
-    import inspect
     setattr(owner, name, staticmethod(w) if isinstance(inspect.getattr_static(owner, name), staticmethod) else w)
-tstart = []
+
 wrap(op, "_call", "call: other (worker frames to rows)")
 wrap(op, "_inputs", "input: pandas frames -> packs")
 wrap(statelog, "load", "load (state row / engine cache)")

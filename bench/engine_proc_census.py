@@ -22,16 +22,20 @@ SCALARS = (int, float, str, bytes, bytearray)
 CONTAINERS = (dict, list, tuple, set, frozenset)
 
 
-def _held(o) -> tuple:
-    """The values an object holds, where the census looks for scalars."""
+def _slots(o) -> tuple:
+    """The slot names of a slotted object's class (none for a class itself)."""
+    slots = getattr(type(o), "__slots__", None)
+    return tuple(slots) if isinstance(slots, (tuple, list)) and not isinstance(o, type) else ()
+
+
+def _held(o, slots: tuple) -> tuple:
+    """The values an object holds, where the census looks for scalars (a
+    slotted object's in the order of `slots`)."""
     if isinstance(o, (list, tuple)):
         return tuple(o)
     if isinstance(o, dict):
         return (*o.keys(), *o.values())
-    slots = getattr(type(o), "__slots__", None)
-    if isinstance(slots, (tuple, list)) and not isinstance(o, type):
-        return tuple(getattr(o, s, None) for s in slots)
-    return ()
+    return tuple(getattr(o, s, None) for s in slots)
 
 
 def _pymalloc() -> list[str]:
@@ -62,21 +66,20 @@ def census() -> str:
         kind = type(o).__qualname__
         size[kind] += sys.getsizeof(o)
         count[kind] += 1
-        for c in _held(o):
+        slots = _slots(o)
+        held = _held(o, slots)
+        for c in held:
             if (isinstance(c, SCALARS) and not isinstance(c, bool) and id(c) not in seen
                     and not (isinstance(c, int) and -5 <= c <= 256)):
                 seen.add(id(c))
                 k = f"{type(c).__name__} in {kind}"
                 size[k] += sys.getsizeof(c)
                 count[k] += 1
-        slots = getattr(type(o), "__slots__", None)
-        if isinstance(slots, (tuple, list)) and not isinstance(o, type):
-            for s in slots:
-                v = getattr(o, s, None)
-                if isinstance(v, CONTAINERS) and v:
-                    k = f"  {kind}.{s} ({type(v).__name__})"
-                    size[k] += sys.getsizeof(v)
-                    count[k] += 1
+        for s, v in zip(slots, held):  # a slotted object's containers, by slot
+            if isinstance(v, CONTAINERS) and v:
+                k = f"  {kind}.{s} ({type(v).__name__})"
+                size[k] += sys.getsizeof(v)
+                count[k] += 1
     status = {k: int(v.split()[0]) // 1024 for k, v in
               (line.split(":", 1) for line in open("/proc/self/status"))
               if k in ("VmRSS", "RssAnon", "RssFile")}
