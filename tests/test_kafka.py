@@ -181,3 +181,52 @@ def test_a_read_task_fetches_little_ahead_of_its_range(monkeypatch, properties, 
     batches = list(source.read_range(r))
     assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(10, 60))
     assert _Consumer.made[0]["queued.min.messages"] == read_ahead
+
+
+class _EventMessage(_Message):
+    """A record whose value is an event (an append, a fetch session listing two
+    partitions, now and then a line that is no event or one from the future)."""
+
+    def value(self) -> bytes:
+        o = self._offset
+        if o % 7 == 3:
+            return b"not json"
+        ts = 1_700_000_000_000 + o * 10 + (10_000_000 if o % 11 == 5 else 0)
+        if o % 3:
+            return (b'{"v":1,"type":"append","ts":%d,"cluster":"c","topic":"t","partition":%d,'
+                    b'"leader":1,"leader_epoch":0,"leader_leo":%d}' % (ts, o % 5, o))
+        return (b'{"v":1,"type":"fetch_session","ts":%d,"cluster":"c","leader":1,"replica":2,'
+                b'"session_id":7,"session_epoch":%d,"full":false,"partitions":[{"topic":"t",'
+                b'"partition":0,"leader_epoch":0,"fetch_offset":3},{"topic":"t","partition":1,'
+                b'"leader_epoch":0,"fetch_offset":4}]}' % (ts, o))
+
+
+class _EventConsumer(_Consumer):
+    def consume(self, num_messages: int, timeout: float) -> list:
+        return [_EventMessage(m.offset()) for m in super().consume(num_messages, timeout)]
+
+
+def test_a_packing_read_task_packs_the_columns_as_through_arrow(monkeypatch):
+    """The Python source packs what it reads (`isr.pack`) from the columns as
+    lists (source.packed_range), without making Arrow batches of them first:
+    the same rows, buckets and summaries as packing the Arrow batches
+    (packed_batches of read_range), across batch bounds."""
+    from isr.kafka import client
+    from isr.stream import source
+    from tests.test_stream_files import summaries, unpacked
+
+    monkeypatch.setattr(client, "Consumer", _EventConsumer)
+    monkeypatch.setattr(source, "ARROW_BATCH_ROWS", 8)
+    pack = {"labels": [0, 1, 2], "max_future_ms": 60_000}
+    r = source.KafkaRange("in", 3, 10, 60, {"bootstrap.servers": "127.0.0.1:1"}, 30.0, True,
+                          behind=True)
+    clock = 1_700_000_000_000 + 1_000
+    direct = list(source.packed_range(r, pack, clock))
+    through_arrow = list(source.packed_batches(pack, source.read_range(r), clock))
+    rows = unpacked(direct)
+    assert rows == unpacked(through_arrow)
+    assert summaries(direct) == summaries(through_arrow)
+    assert len(direct) == 7  # 50 records, 8 a batch
+    assert {row["reason_class"] for row in rows} >= {None, "future"}  # judged alike
+    assert sum(row["reason"] is not None for row in rows) >= 7  # the lines that are no events
+    assert {row["bucket"] for row in rows} == {0, 1, 2}

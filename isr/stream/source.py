@@ -5,7 +5,8 @@ pyspark wheel), `format("isr_kafka")` reads the same topics with the same
 option names and the same columns (key, value, topic, partition, offset,
 timestamp). Offsets are a JSON dict {"topic/partition": next offset} kept in
 Spark's checkpoint; each micro-batch reads one input partition per Kafka
-partition offset range, as Arrow record batches.
+partition offset range, as Arrow record batches, or packed for the
+buckets as it reads (`isr.pack`: packing.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from isr.errors import DataLossError
 from isr.stream.packing import (END_OF_RUN, PACKED_SCHEMA, Packer, fewer_gc_passes_while,
-                                pack_batch)
+                                pack_batch, packed_batch)
 from isr.sinks.progress import RECORDS
 from isr.stream import trim
 from isr.stream.planners import end_planner_after_call
@@ -318,13 +319,41 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         elif isinstance(partition, DataLossRow):
             batches = iter([record_batch([None], [partition.reason.encode()], partition.topic,
                                          partition.partition, [-1])])
+        elif self.pack is not None:
+            return packed_range(partition, self.pack, partition.clock)
         else:
             batches = read_range(partition)
         return packed_batches(self.pack, batches, partition.clock)
 
 
 def read_range(r: KafkaRange) -> Iterator:
-    """The records [start, end) of one Kafka partition as Arrow record batches.
+    """The records [start, end) of one Kafka partition as Arrow record batches."""
+    for c in range_columns(r):
+        yield record_batch(c["key"], c["value"], r.topic, r.partition, c["offset"],
+                           c["timestamp"], r.behind)
+
+
+def packed_range(r: KafkaRange, pack: dict, clock: Optional[int]) -> Iterator:
+    """The range's records packed for the buckets (PACKED_SCHEMA's rows), as
+    `packed_batches(pack, read_range(r), clock)` gives them, without the trip
+    through Arrow in between (~2 CPU s of the read tasks' ~12 in a 100 k
+    partition run: docs/benchmarks.md, issue 23): the packer takes the
+    columns as lists, as files.packed_lines gives them."""
+    packer = Packer(pack["labels"], pack["max_future_ms"])
+
+    def packed() -> Iterator:
+        for c in range_columns(r):
+            n = len(c["offset"])
+            yield packed_batch(packer.pack(c["key"], c["value"], [r.topic] * n,
+                                           [r.partition] * n, c["offset"], clock,
+                                           [r.behind] * n))
+
+    return _given_back_after(fewer_gc_passes_while(packed()))
+
+
+def range_columns(r: KafkaRange) -> Iterator[dict[str, list]]:
+    """The records [start, end) of one Kafka partition, ARROW_BATCH_ROWS at
+    a time, as lists by column (key, value, offset, timestamp in µs).
     An outage of up to `r.outage_s` is waited out; offsets deleted under the
     read stop it, or are reported as a data-loss record (offset -1)."""
     from confluent_kafka import KafkaError, TopicPartition
@@ -335,15 +364,7 @@ def read_range(r: KafkaRange) -> Iterator:
     # "error": an offset that is gone must be said, never skipped by a reset.
     c = consumer({**READ_AHEAD, **r.conf},
                  **{"enable.partition.eof": True, "auto.offset.reset": "error"})
-    columns: dict[str, list] = {n: [] for n in ("key", "value", "offset", "timestamp")}
-
-    def flush():
-        batch = record_batch(columns["key"], columns["value"], r.topic, r.partition,
-                             columns["offset"], columns["timestamp"], r.behind)
-        for values in columns.values():
-            values.clear()
-        return batch
-
+    columns = _no_columns()
     try:
         c.assign([TopicPartition(r.topic, r.partition, r.start)])
         position, last_progress = r.start, time.monotonic()
@@ -379,11 +400,16 @@ def read_range(r: KafkaRange) -> Iterator:
                     f"input {r.topic}/{r.partition}: no record for {r.outage_s:g} s at offset "
                     f"{position} (end {r.end}; kafka.outage_timeout_s)")
             if len(columns["offset"]) >= ARROW_BATCH_ROWS:
-                yield flush()
+                yield columns
+                columns = _no_columns()
         if columns["offset"]:
-            yield flush()
+            yield columns
     finally:
         c.close()
+
+
+def _no_columns() -> dict[str, list]:
+    return {n: [] for n in ("key", "value", "offset", "timestamp")}
 
 
 def _lost_under_read(c, r: KafkaRange, position: int, columns: dict) -> int:
