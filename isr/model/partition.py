@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from operator import attrgetter
 from sys import intern
-from typing import Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 from isr.contract.decisions import IsrChange, PartitionState, ReplicaDetail
 from isr.model.brokers import Brokers
@@ -121,7 +121,7 @@ class PartitionModel:
         # The alert rules' state of this partition (isr/alerts/watch.py), kept
         # here so their listener finds it without a lookup on every event. The
         # model never reads it and its state (to_list) leaves it out.
-        self.watch = None
+        self.watch: Any = None
         # The fetch sessions caching this partition, by session serial:
         # [replica, position of the first session fetch not applied here]
         # (isr/engine/sessions.py).
@@ -658,7 +658,7 @@ class PartitionModel:
         return PartitionState.model_validate(self.state_fields())
 
     # ------------------------------------------------------------ state store
-    _SCALARS = ("leader", "leader_epoch", "leader_epoch_start_offset", "hw", "leader_leo",
+    _SCALARS: ClassVar[tuple[str, ...]] = ("leader", "leader_epoch", "leader_epoch_start_offset", "hw", "leader_leo",
                 "min_isr_default", "min_isr_override", "min_isr", "bootstrap", "next_check", "ts",
                 "seq", "under_min_since", "under_min_ms",
                 "leader_active_ts", "stall_from", "stall_check_at")
