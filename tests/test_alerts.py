@@ -12,7 +12,7 @@ from strategies import event_streams, session_streams
 
 from isr.alerts.conditions import next_instant
 from isr.alerts.listener import AlertListener
-from isr.alerts.watch import Watch
+from isr.alerts.watch import SLOTS
 from isr.config import AlertSettings, MonitorSettings
 from isr.contract.decisions import Alert, output_order
 from isr.engine import snapshot
@@ -542,7 +542,7 @@ def watch_states_after_each_event(events, general: bool,
     states = []
     for ev in sorted(events, key=lambda e: e.ts):  # applied at once, in ts order
         engine.apply(ev)
-        states.append([(key, [getattr(w, s) for s in Watch.__slots__ if s not in ("stall", "flaps")],
+        states.append([(key, [getattr(w, s) for s in SLOTS if s not in ("stall", "flaps")],
                         (w.stall.hw, w.stall.behind, w.stall.since), list(w.flaps.times))
                        for key, w in sorted(listener.watches.items())])
     engine.finish()
@@ -578,7 +578,7 @@ def appends_settled_as_by_the_full_step(events) -> list:
     fast, fast_out, taken = watch_states_after_each_event(events, general=False)
     full, full_out, _ = watch_states_after_each_event(events, general=False, full_appends=True)
     assert fast_out == full_out
-    names = [s for s in Watch.__slots__ if s not in ("stall", "flaps")]
+    names = [s for s in SLOTS if s not in ("stall", "flaps")]
     for after_fast, after_full in zip(fast, full):
         for (key, values, stall, flaps), (key2, values2, stall2, flaps2) in zip(after_fast,
                                                                                 after_full):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from isr.alerts.evaluator import AlertEvaluator
-from isr.alerts.watch import NEVER, Watch
+from isr.alerts.watch import NEVER, SLOTS, Watch
 from isr.config import AlertSettings
 from isr.engine.listeners import Listener
 from isr.model.partition import PartitionModel
@@ -41,7 +41,7 @@ class AlertListener(Listener):
 
     # These hooks run for every event and policy: most return at once.
     def on_advance(self, model: PartitionModel, until: int, inclusive: bool, out: list) -> None:
-        w = model.watch or self._watch(model)
+        w: Watch = model.watch or self._watch(model)
         # evaluator.due_by, its common case inline (no alert due by until)
         due = w.due if not w.alerts or w.alerts_due_floor > until else \
             self.evaluator.due_by(w, until)
@@ -62,12 +62,12 @@ class AlertListener(Listener):
                 evaluator.close(w, out)
 
     def on_change(self, model: PartitionModel, change, out: list) -> None:
-        w = model.watch or self._watch(model)
+        w: Watch = model.watch or self._watch(model)
         self.dirty[w] = w
         self.evaluator.on_change(w, model, change, out)
 
     def on_event(self, model: PartitionModel, event, outcome, out: list) -> None:
-        w = model.watch or self._watch(model)
+        w: Watch = model.watch or self._watch(model)
         self.dirty[w] = w
         if outcome is not None:  # ignored or rejected
             self.evaluator.after_ignored(w, model, event.ts, out)
@@ -106,7 +106,7 @@ class AlertListener(Listener):
         then not applied yet and leaves its follower at the leader's LEO
         (sessions.py, `_folds`); it is plain if the rule holds of the model
         as it stands and the HW is as noted (the fold would move it unseen)."""
-        w = model.watch or self._watch(model)
+        w: Watch = model.watch or self._watch(model)
         if outcome is None:
             leader_leo = model.leader_leo
             if (ts < w.quiet_to and leader_leo == w.leader_leo and replica != w.due_lag
@@ -180,7 +180,7 @@ class AlertListener(Listener):
     def on_broker(self, model: PartitionModel, event, out: list) -> None:
         # A broker leaving can leave the partition leaderless with no ISR
         # change (the model's controller_removal).
-        w = model.watch or self._watch(model)
+        w: Watch = model.watch or self._watch(model)
         self.dirty[w] = w
         self.evaluator.after_broker(w, model, event.ts, out)
 
@@ -188,7 +188,7 @@ class AlertListener(Listener):
     # fetch; otherwise the fetches that only move a follower's times are
     # quiet (evaluator._quiet_fetch) except at its due instants.
     def next_due(self, model: PartitionModel) -> Optional[int]:
-        w = model.watch or self._watch(model)
+        w: Watch = model.watch or self._watch(model)
         if not w.alerts:
             return w.due  # due_by's common case, inline: the deadline index asks often
         return self.evaluator.due_by(w, 2**63)
@@ -219,7 +219,7 @@ class AlertListener(Listener):
             if kept is None:
                 kept = self.watches[key] = w
             else:  # updated in place: a model kept in memory holds it (`model.watch`)
-                for name in Watch.__slots__:
+                for name in SLOTS:
                     setattr(kept, name, getattr(w, name))
             if kept.held is not None:  # an instant not over yet
                 self.evaluator.open[kept] = kept
