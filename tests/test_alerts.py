@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from helpers import T0, append, broker, event, fetch, fetch_start, leader, run
+from helpers import T0, append, broker, event, fetch, fetch_start, leader, pure_only, run
 import orjson
 from hypothesis import HealthCheck, given, settings
 from strategies import event_streams, session_streams
@@ -149,6 +149,7 @@ def test_the_shortcuts_raise_the_same_alerts_as_a_scan_after_every_event_of_sess
     assert_lifecycles(shortcuts)
 
 
+@pure_only
 @settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "100")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(event_streams(max_events=80))
@@ -549,6 +550,7 @@ def watch_states_after_each_event(events, general: bool,
     return states, sorted(engine.decisions, key=output_order), taken
 
 
+@pure_only
 def test_the_due_lag_followers_fetch_to_the_leo_leaves_the_watch_as_after_fetch_does():
     # The first fetches after a leader event bring each follower, the one
     # whose lag crossing `due` is first, to the LEO: the shortcut finds the
@@ -594,6 +596,7 @@ def appends_settled_as_by_the_full_step(events) -> list:
     return [done for name, done in taken if name == "append"]
 
 
+@pure_only
 def test_an_append_without_an_alert_leaves_the_watch_as_the_full_step_does():
     # Appends to a partition whose followers keep up, then one whose
     # follower falls behind: the one-body settling of an append
@@ -604,6 +607,7 @@ def test_an_append_without_an_alert_leaves_the_watch_as_the_full_step_does():
     assert appends_settled_as_by_the_full_step(events).count(True) >= 8  # the shortcut was taken
 
 
+@pure_only
 @settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "100")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(event_streams(max_events=80))

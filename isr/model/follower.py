@@ -9,6 +9,7 @@ partition model is the only writer.
 from __future__ import annotations
 
 from operator import attrgetter
+from typing import Sequence
 
 
 # A follower's fields, in state order (to_list); the class's __slots__. A
@@ -51,7 +52,7 @@ class Follower:
         return list(FOLLOWER_FIELDS(self))
 
     @classmethod
-    def from_list(cls, values: list[int]) -> "Follower":
+    def from_list(cls, values: Sequence[int]) -> "Follower":  # (a to_list row's tail: a tuple)
         return cls(*values)
 
     def __eq__(self, other: object) -> bool:
