@@ -23,10 +23,12 @@ from isr.pipeline.listeners import local_engine
 
 # The domain core compiled by mypyc (scripts/build-native): its classes are
 # native, so a test cannot put a function in place of one of their methods
-# on an instance, nor take a weak reference to one. Such tests run on the
+# on an instance, take a weak reference to one, nor copy or pickle one whose
+# __init__ needs arguments (nothing but tests does). Such tests run on the
 # pure tree (the same source) and are skipped on a compiled one.
 COMPILED = not isr.engine.local.__file__.endswith(".py")
-pure_only = pytest.mark.skipif(COMPILED, reason="patches a class mypyc compiles (scripts/build-native)")
+pure_only = pytest.mark.skipif(COMPILED,
+                               reason="needs what a class mypyc compiles lacks (scripts/build-native)")
 
 T0 = 1_800_000_000_000
 TOPIC = "orders"
