@@ -28,7 +28,7 @@ from isr.pipeline.listeners import local_engine
 # pure tree (the same source) and are skipped on a compiled one.
 COMPILED = not isr.engine.local.__file__.endswith(".py")
 pure_only = pytest.mark.skipif(COMPILED,
-                               reason="needs what a class mypyc compiles lacks (scripts/build-native)")
+                               reason="needs what a mypyc-compiled class lacks (build-native)")
 
 T0 = 1_800_000_000_000
 TOPIC = "orders"

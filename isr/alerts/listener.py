@@ -80,8 +80,8 @@ class AlertListener(Listener):
         else:
             self.evaluator.after_event(w, model, event, out)
 
-    def on_fetch(self, model: PartitionModel, replica: int, ts: int, fetch_ts: int = NEVER, outcome=None,
-                 out: Optional[list] = None) -> Optional[bool]:
+    def on_fetch(self, model: PartitionModel, replica: int, ts: int, fetch_ts: int = NEVER,
+                 outcome=None, out: Optional[list] = None) -> Optional[bool]:
         """Most fetches end at the first test, with no call. It is the rule,
         kept here once, of a *plain* fetch: one served in time that changed
         no ISR and changes nothing the alerts read but times, so that what
@@ -99,9 +99,8 @@ class AlertListener(Listener):
         Anything else goes to after_fetch (its _quiet_fetch is the same rule
         with an alert active or a lag instant to take).
 
-        `out` None: a dry run, changing nothing: skips_fetch is this method
-        (one call per fetch asked, not two), called with (model, replica,
-        ts) alone, so `fetch_ts` defaults to a time that reads as served in
+        `out` None: a dry run, changing nothing: skips_fetch calls it
+        with (model, replica, ts) alone, so `fetch_ts` defaults to a time that reads as served in
         time (the session driver checks quiet_serve_ms itself). The fetch is
         then not applied yet and leaves its follower at the leader's LEO
         (sessions.py, `_folds`); it is plain if the rule holds of the model
@@ -158,7 +157,8 @@ class AlertListener(Listener):
             return False
         return None
 
-    def on_folded_fetch(self, model: PartitionModel, replica: int, ts: int, fetch_ts: int, out: list) -> None:
+    def on_folded_fetch(self, model: PartitionModel, replica: int, ts: int, fetch_ts: int,
+                        out: list) -> None:
         """on_fetch of a fetch whose follower's run on_fetch's dry run
         (skips_fetch) found plain at its first fetch, with the HW as noted
         (Listener.on_folded_fetch): of on_fetch's rule only what depends on

@@ -111,9 +111,9 @@ class AtChange:
 # A watch's fields (the class's __slots__; a compiled class does not offer
 # its own: AlertListener.from_state copies them by name).
 SLOTS = ("cluster", "topic", "partition", "policy", "t", "due", "stall",
-                 "last_event_ts", "served_ms", "unserved", "reported", "flaps", "alerts",
-                 "alerts_due_floor", "leader_leo", "replica_count", "due_lag", "wake",
-                 "lag_floor", "quiet_to", "held", "open_t")
+         "last_event_ts", "served_ms", "unserved", "reported", "flaps", "alerts",
+         "alerts_due_floor", "leader_leo", "replica_count", "due_lag", "wake",
+         "lag_floor", "quiet_to", "held", "open_t")
 
 
 class Watch:
