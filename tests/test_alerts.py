@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import os
 
-from helpers import T0, append, broker, event, fetch, fetch_start, leader, run
+from helpers import T0, append, broker, event, fetch, fetch_start, leader, pure_only, run
 import orjson
 from hypothesis import HealthCheck, given, settings
 from strategies import event_streams, session_streams
 
 from isr.alerts.conditions import next_instant
 from isr.alerts.listener import AlertListener
-from isr.alerts.watch import Watch
+from isr.alerts.watch import SLOTS
 from isr.config import AlertSettings, MonitorSettings
 from isr.contract.decisions import Alert, output_order
 from isr.engine import snapshot
@@ -149,6 +149,7 @@ def test_the_shortcuts_raise_the_same_alerts_as_a_scan_after_every_event_of_sess
     assert_lifecycles(shortcuts)
 
 
+@pure_only
 @settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "100")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(event_streams(max_events=80))
@@ -542,13 +543,14 @@ def watch_states_after_each_event(events, general: bool,
     states = []
     for ev in sorted(events, key=lambda e: e.ts):  # applied at once, in ts order
         engine.apply(ev)
-        states.append([(key, [getattr(w, s) for s in Watch.__slots__ if s not in ("stall", "flaps")],
+        states.append([(key, [getattr(w, s) for s in SLOTS if s not in ("stall", "flaps")],
                         (w.stall.hw, w.stall.behind, w.stall.since), list(w.flaps.times))
                        for key, w in sorted(listener.watches.items())])
     engine.finish()
     return states, sorted(engine.decisions, key=output_order), taken
 
 
+@pure_only
 def test_the_due_lag_followers_fetch_to_the_leo_leaves_the_watch_as_after_fetch_does():
     # The first fetches after a leader event bring each follower, the one
     # whose lag crossing `due` is first, to the LEO: the shortcut finds the
@@ -578,7 +580,7 @@ def appends_settled_as_by_the_full_step(events) -> list:
     fast, fast_out, taken = watch_states_after_each_event(events, general=False)
     full, full_out, _ = watch_states_after_each_event(events, general=False, full_appends=True)
     assert fast_out == full_out
-    names = [s for s in Watch.__slots__ if s not in ("stall", "flaps")]
+    names = [s for s in SLOTS if s not in ("stall", "flaps")]
     for after_fast, after_full in zip(fast, full):
         for (key, values, stall, flaps), (key2, values2, stall2, flaps2) in zip(after_fast,
                                                                                 after_full):
@@ -594,6 +596,7 @@ def appends_settled_as_by_the_full_step(events) -> list:
     return [done for name, done in taken if name == "append"]
 
 
+@pure_only
 def test_an_append_without_an_alert_leaves_the_watch_as_the_full_step_does():
     # Appends to a partition whose followers keep up, then one whose
     # follower falls behind: the one-body settling of an append
@@ -604,6 +607,7 @@ def test_an_append_without_an_alert_leaves_the_watch_as_the_full_step_does():
     assert appends_settled_as_by_the_full_step(events).count(True) >= 8  # the shortcut was taken
 
 
+@pure_only
 @settings(max_examples=int(os.environ.get("ISR_ALERT_EXAMPLES", "100")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(event_streams(max_events=80))

@@ -9,6 +9,7 @@ import gc
 import weakref
 
 import orjson
+from helpers import pure_only
 
 from isr.config import MonitorSettings
 from isr.contract.decode import decode_many
@@ -45,6 +46,7 @@ def test_a_replay_makes_no_gc_pass_and_leaves_none_due(tmp_path):
     assert count < gc.get_threshold()[0]  # what the replay left is not counted as young
 
 
+@pure_only
 def test_a_closed_engine_with_sessions_is_freed_by_reference_counting():
     monitor = MonitorSettings(policy=["kafka", "kip16"])
     engine = LocalEngine(monitor, listeners=standard_listeners(monitor))

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from helpers import T0
+from helpers import T0, pure_only
 from strategies import session_streams
 
 from isr.alerts.listener import AlertListener
@@ -393,6 +393,7 @@ def _bookkeeping(engine: LocalEngine) -> tuple:
             dict(engine.ignored))
 
 
+@pure_only
 @settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "150")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(session_streams(), st.booleans())
@@ -425,6 +426,7 @@ def test_a_fetch_applied_as_moving_only_times_is_what_apply_fetch_does(events, a
     _submit_all(engine, events)
 
 
+@pure_only
 @settings(max_examples=int(os.environ.get("ISR_SESSION_EXAMPLES", "150")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(session_streams(), st.booleans())
@@ -444,6 +446,7 @@ def test_a_folded_fetch_applied_on_its_own_tests_is_what_apply_fetch_does(events
     _submit_all(engine, events)
 
 
+@pure_only
 def test_the_steady_followers_of_unlisted_partitions_are_caught_up_as_folded_fetches():
     """Two followers fetch four partitions through sessions whose requests
     list only partition 0 (appended to now and then): the others are caught

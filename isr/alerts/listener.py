@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Optional
 
 from isr.alerts.evaluator import AlertEvaluator
-from isr.alerts.watch import NEVER, Watch
+from isr.alerts.watch import NEVER, SLOTS, Watch
 from isr.config import AlertSettings
 from isr.engine.listeners import Listener
+from isr.model.partition import PartitionModel
 
 
 class AlertListener(Listener):
@@ -23,7 +24,7 @@ class AlertListener(Listener):
         # by identity, cheaper per event than id(w)).
         self.dirty: dict[Watch, Watch] = {}
 
-    def _watch(self, model) -> Watch:
+    def _watch(self, model: PartitionModel) -> Watch:
         """The model's watch, created or found by key (after a restore) and
         then kept on the model (`model.watch`). Only a watch created here
         counts as changed: linking a restored one changes nothing (the hooks
@@ -39,8 +40,8 @@ class AlertListener(Listener):
         return w
 
     # These hooks run for every event and policy: most return at once.
-    def on_advance(self, model, until: int, inclusive: bool, out: list) -> None:
-        w = model.watch or self._watch(model)
+    def on_advance(self, model: PartitionModel, until: int, inclusive: bool, out: list) -> None:
+        w: Watch = model.watch or self._watch(model)
         # evaluator.due_by, its common case inline (no alert due by until)
         due = w.due if not w.alerts or w.alerts_due_floor > until else \
             self.evaluator.due_by(w, until)
@@ -60,13 +61,13 @@ class AlertListener(Listener):
                 self.dirty[w] = w
                 evaluator.close(w, out)
 
-    def on_change(self, model, change, out: list) -> None:
-        w = model.watch or self._watch(model)
+    def on_change(self, model: PartitionModel, change, out: list) -> None:
+        w: Watch = model.watch or self._watch(model)
         self.dirty[w] = w
         self.evaluator.on_change(w, model, change, out)
 
-    def on_event(self, model, event, outcome, out: list) -> None:
-        w = model.watch or self._watch(model)
+    def on_event(self, model: PartitionModel, event, outcome, out: list) -> None:
+        w: Watch = model.watch or self._watch(model)
         self.dirty[w] = w
         if outcome is not None:  # ignored or rejected
             self.evaluator.after_ignored(w, model, event.ts, out)
@@ -79,8 +80,8 @@ class AlertListener(Listener):
         else:
             self.evaluator.after_event(w, model, event, out)
 
-    def on_fetch(self, model, replica: int, ts: int, fetch_ts: int = NEVER, outcome=None,
-                 out: Optional[list] = None) -> Optional[bool]:
+    def on_fetch(self, model: PartitionModel, replica: int, ts: int, fetch_ts: int = NEVER,
+                 outcome=None, out: Optional[list] = None) -> Optional[bool]:
         """Most fetches end at the first test, with no call. It is the rule,
         kept here once, of a *plain* fetch: one served in time that changed
         no ISR and changes nothing the alerts read but times, so that what
@@ -98,14 +99,13 @@ class AlertListener(Listener):
         Anything else goes to after_fetch (its _quiet_fetch is the same rule
         with an alert active or a lag instant to take).
 
-        `out` None: a dry run, changing nothing: skips_fetch is this method
-        (one call per fetch asked, not two), called with (model, replica,
-        ts) alone, so `fetch_ts` defaults to a time that reads as served in
+        `out` None: a dry run, changing nothing: skips_fetch calls it
+        with (model, replica, ts) alone, so `fetch_ts` defaults to a time that reads as served in
         time (the session driver checks quiet_serve_ms itself). The fetch is
         then not applied yet and leaves its follower at the leader's LEO
         (sessions.py, `_folds`); it is plain if the rule holds of the model
         as it stands and the HW is as noted (the fold would move it unseen)."""
-        w = model.watch or self._watch(model)
+        w: Watch = model.watch or self._watch(model)
         if outcome is None:
             leader_leo = model.leader_leo
             if (ts < w.quiet_to and leader_leo == w.leader_leo and replica != w.due_lag
@@ -157,7 +157,8 @@ class AlertListener(Listener):
             return False
         return None
 
-    def on_folded_fetch(self, model, replica: int, ts: int, fetch_ts: int, out: list) -> None:
+    def on_folded_fetch(self, model: PartitionModel, replica: int, ts: int, fetch_ts: int,
+                        out: list) -> None:
         """on_fetch of a fetch whose follower's run on_fetch's dry run
         (skips_fetch) found plain at its first fetch, with the HW as noted
         (Listener.on_folded_fetch): of on_fetch's rule only what depends on
@@ -176,29 +177,32 @@ class AlertListener(Listener):
             return
         self.on_fetch(model, replica, ts, fetch_ts, None, out)
 
-    def on_broker(self, model, event, out: list) -> None:
+    def on_broker(self, model: PartitionModel, event, out: list) -> None:
         # A broker leaving can leave the partition leaderless with no ISR
         # change (the model's controller_removal).
-        w = model.watch or self._watch(model)
+        w: Watch = model.watch or self._watch(model)
         self.dirty[w] = w
         self.evaluator.after_broker(w, model, event.ts, out)
 
     # Fetch sessions: a partition with an alert pending or firing hears every
     # fetch; otherwise the fetches that only move a follower's times are
     # quiet (evaluator._quiet_fetch) except at its due instants.
-    def next_due(self, model) -> Optional[int]:
-        w = model.watch or self._watch(model)
+    def next_due(self, model: PartitionModel) -> Optional[int]:
+        w: Watch = model.watch or self._watch(model)
         if not w.alerts:
             return w.due  # due_by's common case, inline: the deadline index asks often
         return self.evaluator.due_by(w, 2**63)
 
-    def skips_quiet_fetches(self, model) -> bool:
+    def skips_quiet_fetches(self, model: PartitionModel) -> bool:
         if self.evaluator.exhaustive:  # the reference hears every fetch
             return False
         return not (model.watch or self._watch(model)).alerts
 
-    # A plain fetch: on_fetch's rule, as a dry run (True: plain, False: not).
-    skips_fetch = on_fetch  # type: ignore[assignment]
+    def skips_fetch(self, model: PartitionModel, replica: int, ts: int) -> bool:
+        """A plain fetch: on_fetch's rule, as a dry run (True: plain, False:
+        not). A method of its own, not `skips_fetch = on_fetch` in the class
+        body: mypyc does not compile a method alias."""
+        return bool(self.on_fetch(model, replica, ts))
 
     def quiet_serve_ms(self) -> Optional[int]:
         return self.evaluator.serve_ms
@@ -215,7 +219,7 @@ class AlertListener(Listener):
             if kept is None:
                 kept = self.watches[key] = w
             else:  # updated in place: a model kept in memory holds it (`model.watch`)
-                for name in Watch.__slots__:
+                for name in SLOTS:
                     setattr(kept, name, getattr(w, name))
             if kept.held is not None:  # an instant not over yet
                 self.evaluator.open[kept] = kept

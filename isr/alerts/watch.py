@@ -6,6 +6,8 @@ from __future__ import annotations
 from sys import intern
 from typing import Optional, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from isr.model.follower import Follower
 from isr.model.health import FlapWindow, HwStall
 
@@ -24,21 +26,47 @@ class PartitionView(Protocol):
 
 NEVER = 1 << 62  # an instant after any event's (`wake`, `lag_floor`: none known)
 
+
+def _refuse():
+    raise TypeError("the shared EMPTY mapping: give the watch its own dict first (own)")
+
+
 # The empty served_ms / unserved / alerts of every watch that has none (most
 # of them): one read-only mapping instead of three dicts per partition
 # (issue 23: ~190 bytes per partition). Read-only, so a write that forgot to
 # give the watch its own dict first fails loudly instead of changing every
 # watch; the writers (evaluator.py) do, through `own`.
+@mypyc_attr(native_class=False)  # (a dict subclass: mypyc makes no native one)
 class _Empty(dict):
     """A dict that refuses every change; its copies and pickles are EMPTY
     itself (a watch deep-copied or pickled keeps sharing it)."""
 
     __slots__ = ()
 
-    def _refuse(self, *_args, **_kwargs):
-        raise TypeError("the shared EMPTY mapping: give the watch its own dict first (own)")
+    # (each its own method: mypyc compiles no alias in a class body)
+    def __setitem__(self, *_args, **_kwargs):
+        _refuse()
 
-    __setitem__ = __delitem__ = setdefault = pop = popitem = clear = update = __ior__ = _refuse
+    def __delitem__(self, *_args, **_kwargs):
+        _refuse()
+
+    def setdefault(self, *_args, **_kwargs):
+        _refuse()
+
+    def pop(self, *_args, **_kwargs):
+        _refuse()
+
+    def popitem(self, *_args, **_kwargs):
+        _refuse()
+
+    def clear(self, *_args, **_kwargs):
+        _refuse()
+
+    def update(self, *_args, **_kwargs):
+        _refuse()
+
+    def __ior__(self, *_args, **_kwargs):  # type: ignore[misc]
+        _refuse()
 
     def __reduce__(self):
         return (_empty, ())
@@ -80,11 +108,16 @@ class AtChange:
         self.isr, self.hw = isr, hw
 
 
+# A watch's fields (the class's __slots__; a compiled class does not offer
+# its own: AlertListener.from_state copies them by name).
+SLOTS = ("cluster", "topic", "partition", "policy", "t", "due", "stall",
+         "last_event_ts", "served_ms", "unserved", "reported", "flaps", "alerts",
+         "alerts_due_floor", "leader_leo", "replica_count", "due_lag", "wake",
+         "lag_floor", "quiet_to", "held", "open_t")
+
+
 class Watch:
-    __slots__ = ("cluster", "topic", "partition", "policy", "t", "due", "stall",
-                 "last_event_ts", "served_ms", "unserved", "reported", "flaps", "alerts",
-                 "alerts_due_floor", "leader_leo", "replica_count", "due_lag", "wake",
-                 "lag_floor", "quiet_to", "held", "open_t")
+    __slots__ = SLOTS
 
     def __init__(self, cluster: str, topic: str, partition: int, policy: str) -> None:
         # The names are shared with the other partitions': a watch made for

@@ -17,7 +17,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from mypy_extensions import mypyc_attr
 
+
+# Compiled by mypyc (scripts/build-native), it stays a base for the listeners
+# that are not compiled (the Spark job's throttle, the what-if timelines).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Listener:
     name = ""  # set by listeners that keep state across snapshots
 

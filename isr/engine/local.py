@@ -720,4 +720,4 @@ class LocalEngine:
         as soon as the caller drops it. Left to the cyclic GC, freeing them
         took a pass over every object of every model: 1.5 s of CPU for
         100 k partitions (docs/benchmarks.md, "The start and the end")."""
-        self.session_driver.engine = None
+        del self.session_driver.engine

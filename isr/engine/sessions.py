@@ -37,11 +37,16 @@ a built and validated `fetch` event, unless a listener wants the event.
 from __future__ import annotations
 
 from sys import intern
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from isr.contract.fast import STRUCTS
+from isr.model.brokers import Brokers
+from isr.model.partition import PartitionModel
 from isr.model.session import FINAL_EPOCH, Session, Sessions, next_epoch
 from isr.model.stall import stall_bound_ms
+
+if TYPE_CHECKING:  # (local.py imports this module)
+    from isr.engine.local import LocalEngine
 
 _FETCH = STRUCTS["fetch"]
 REJECTED_IN_SESSION = "session_partition_rejected"
@@ -69,6 +74,10 @@ class SessionDriver:
     """The engine's side of fetch sessions: the Sessions bookkeeping and the
     catching up of partition models."""
 
+    # LocalEngine.close drops the engine (mypyc: a compiled class deletes
+    # only the attributes it names here).
+    __deletable__ = ["engine"]
+
     # A session's log is cut (every partition it caches caught up, its
     # fetches dropped) once it holds more than cut_factor x cached + cut_slack
     # fetches. Where it is cut changes no decision (a catch-up is exact at
@@ -82,7 +91,7 @@ class SessionDriver:
     cut_factor = 2
     cut_slack = 64
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine: LocalEngine) -> None:
         self.engine = engine
         self.sessions = Sessions()
         self.exact_fetches = 0  # unlisted partitions' fetches applied (a statistic, not state)
@@ -276,7 +285,7 @@ class SessionDriver:
         self.sessions.close(session)
         self.last.pop(session.sid, None)
 
-    def _unlinked(self, m) -> None:
+    def _unlinked(self, m: PartitionModel) -> None:
         """`m` lost a session's link: re-indexed, changed, and the listeners told."""
         self.engine.deadlines.touch(m)
         self.engine.dirty[id(m)] = m
@@ -301,7 +310,7 @@ class SessionDriver:
                     self.catch_up(m)
 
     # ------------------------------------------------------------ catching up
-    def catch_up(self, m) -> None:
+    def catch_up(self, m: PartitionModel) -> None:
         """Apply the session fetches `m` has not applied yet (exactly, see the
         module's docstring). `m.sessions[sid] = [replica, position]`."""
         by_sid = self.sessions.by_sid
@@ -310,7 +319,7 @@ class SessionDriver:
         # holds for this partition (None: forgotten), looked up once: it does
         # not change while catching up (only a listed fetch or a forget
         # changes it).
-        streams = None
+        streams: Optional[list[list[Any]]] = None
         for sid, link in m.sessions.items():
             session = by_sid[sid]
             if link[1] < session.end:
@@ -399,7 +408,7 @@ class SessionDriver:
             known = False
             self._apply_entry(m, nxt, nxt[1][1], brokers)
 
-    def _fold_all(self, m, streams: list, brokers) -> bool:
+    def _fold_all(self, m: PartitionModel, streams: list, brokers: Brokers) -> bool:
         """The loop of catch_up in its common case, taken without its
         general steps: every stream's first pending fetch folds (in their
         order) and none of the pending fetches comes after the model's next
@@ -448,7 +457,7 @@ class SessionDriver:
         return True
 
     @staticmethod
-    def _at_leo(m, steady: list) -> bool:
+    def _at_leo(m: PartitionModel, steady: list) -> bool:
         """Whether every steady stream's follower is at the leader's LEO: its
         fetches then change nothing a fold (`_folds`) reads but the leader's
         activity, which only makes a fold likelier (no lag starts or ends,
@@ -460,7 +469,7 @@ class SessionDriver:
                 return False
         return True
 
-    def is_steady(self, m) -> bool:
+    def is_steady(self, m: PartitionModel) -> bool:
         """Whether every fetch `m`'s sessions may log for it, until something
         else touches it, can only move a follower's times: the follower is at
         the offset its session holds (no LEO, leader LEO or HW change), in the
@@ -503,11 +512,11 @@ class SessionDriver:
                     return False
             else:
                 epoch = f.broker_epoch
-            if epoch < newest and brokers.is_stale_fetch(replica, epoch):
-                return False
+            if epoch < newest and brokers is not None and brokers.is_stale_fetch(replica, epoch):
+                return False  # (brokers None: newest is -1, no epoch is below it)
         return True
 
-    def _folds(self, m, st: list, brokers) -> bool:
+    def _folds(self, m: PartitionModel, st: list, brokers: Brokers) -> bool:
         """Whether the next pending fetch of stream `st`, applied now, would
         only move its follower's times, as the fetches after an exact one do:
         the follower is in the ISR at the leader's LEO, which its session
@@ -546,7 +555,7 @@ class SessionDriver:
                 return False
         return True
 
-    def _jump(self, m, steady: list, ts: int, order: int, brokers) -> bool:
+    def _jump(self, m: PartitionModel, steady: list, ts: int, order: int, brokers: Brokers) -> bool:
         """Move each steady follower to its last pending fetch at or before
         `ts` and before `order`; True if one moved."""
         moved = False
@@ -558,7 +567,7 @@ class SessionDriver:
                 moved = True
         return moved
 
-    def _apply_entry(self, m, st: list, pos: int, brokers) -> None:
+    def _apply_entry(self, m: PartitionModel, st: list, pos: int, brokers: Brokers) -> None:
         """Apply the session fetch at `pos` to `m` (those before it, back to
         the follower's position, are skipped: see the module's docstring)."""
         session, link, _exact, held = st

@@ -9,18 +9,25 @@ partition model is the only writer.
 from __future__ import annotations
 
 from operator import attrgetter
+from typing import Sequence
+
+
+# A follower's fields, in state order (to_list); the class's __slots__. A
+# module constant, not read back as `Follower.__slots__`: mypyc compiles the
+# class to a native one, whose class object does not offer its instance slots.
+SLOTS = (
+    "leo",
+    "last_fetch_leader_leo",
+    "last_fetch_ts",
+    "last_caught_up_ts",
+    "broker_epoch",
+    "pending_offset",
+    "pending_ts",
+)
 
 
 class Follower:
-    __slots__ = (
-        "leo",
-        "last_fetch_leader_leo",
-        "last_fetch_ts",
-        "last_caught_up_ts",
-        "broker_epoch",
-        "pending_offset",
-        "pending_ts",
-    )
+    __slots__ = SLOTS
 
     def __init__(
         self,
@@ -45,18 +52,18 @@ class Follower:
         return list(FOLLOWER_FIELDS(self))
 
     @classmethod
-    def from_list(cls, values: list[int]) -> "Follower":
+    def from_list(cls, values: Sequence[int]) -> "Follower":  # (a to_list row's tail: a tuple)
         return cls(*values)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Follower) and self.to_list() == other.to_list()
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{n}={getattr(self, n)}" for n in Follower.__slots__)
+        fields = ", ".join(f"{n}={getattr(self, n)}" for n in SLOTS)
         return f"Follower({fields})"
 
 
 # A follower's fields as a tuple, in `__slots__` order (one C call: the
 # partition model's to_list writes every follower of every model at each
 # save of the Spark job's state; docs/benchmarks.md, branch `savecost`).
-FOLLOWER_FIELDS = attrgetter(*Follower.__slots__)
+FOLLOWER_FIELDS = attrgetter(*SLOTS)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from operator import attrgetter
 from sys import intern
-from typing import Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 from isr.contract.decisions import IsrChange, PartitionState, ReplicaDetail
 from isr.model.brokers import Brokers
@@ -120,8 +120,10 @@ class PartitionModel:
         self.stall_check_at = -1
         # The alert rules' state of this partition (isr/alerts/watch.py), kept
         # here so their listener finds it without a lookup on every event. The
-        # model never reads it and its state (to_list) leaves it out.
-        self.watch = None
+        # model never reads it and its state (to_list) leaves it out. (Any:
+        # the model may not import alerts/; a compiled model checks the type
+        # of what is stored, and None's type would refuse a Watch.)
+        self.watch: Any = None
         # The fetch sessions caching this partition, by session serial:
         # [replica, position of the first session fetch not applied here]
         # (isr/engine/sessions.py).
@@ -658,10 +660,11 @@ class PartitionModel:
         return PartitionState.model_validate(self.state_fields())
 
     # ------------------------------------------------------------ state store
-    _SCALARS = ("leader", "leader_epoch", "leader_epoch_start_offset", "hw", "leader_leo",
-                "min_isr_default", "min_isr_override", "min_isr", "bootstrap", "next_check", "ts",
-                "seq", "under_min_since", "under_min_ms",
-                "leader_active_ts", "stall_from", "stall_check_at")
+    _SCALARS: ClassVar[tuple[str, ...]] = (
+        "leader", "leader_epoch", "leader_epoch_start_offset", "hw", "leader_leo",
+        "min_isr_default", "min_isr_override", "min_isr", "bootstrap", "next_check", "ts",
+        "seq", "under_min_since", "under_min_ms",
+        "leader_active_ts", "stall_from", "stall_check_at")
 
     def to_list(self) -> list:
         """Compact, JSON-able form; `from_list` restores it exactly. The
