@@ -22,12 +22,13 @@ def _stale_native_guard() -> None:
             built = json.load(f)["sources"]
     except (OSError, ValueError, KeyError, TypeError):
         return  # nothing built (or unreadable: the extensions, if any, as they are)
+    top = os.path.dirname(root)
+    sources = {name: os.path.join(top, *name.split(".")) + ".py" for name in built}
     stale = []
-    for name, digest in built.items():
-        path = os.path.join(os.path.dirname(root), *name.split(".")) + ".py"
+    for name, path in sources.items():
         try:
             with open(path, "rb") as f:
-                if hashlib.sha256(f.read()).hexdigest() != digest:
+                if hashlib.sha256(f.read()).hexdigest() != built[name]:
                     stale.append(path)
         except OSError:
             stale.append(path)
@@ -36,23 +37,23 @@ def _stale_native_guard() -> None:
               f"{f' and {len(stale) - 1} more' if len(stale) > 1 else ''}: running its Python "
               "modules; rebuild with scripts/build-native (or remove it: --clean)",
               file=sys.stderr)
-        sys.meta_path.insert(0, _PythonModules(set(built), os.path.dirname(root)))
+        sys.meta_path.insert(0, _PythonModules(sources))
 
 
 class _PythonModules:
-    """A finder that imports the named modules from their .py files."""
+    """A finder that imports the named modules from their .py files
+    (`sources`: module name -> its .py)."""
 
-    def __init__(self, names: set, top: str) -> None:
-        self.names, self.top = names, top
+    def __init__(self, sources: dict) -> None:
+        self.sources = sources
 
     def find_spec(self, name, path=None, target=None):
-        if name not in self.names:
+        source = self.sources.get(name)
+        if source is None:
             return None
         import importlib.util
-        import os
 
-        return importlib.util.spec_from_file_location(
-            name, os.path.join(self.top, *name.split(".")) + ".py")
+        return importlib.util.spec_from_file_location(name, source)
 
 
 _stale_native_guard()
