@@ -5,7 +5,7 @@ workload, beside bench_realistic_run.py's `--floor` runs.
 Reads the topic bench_realistic_run.py loaded (2 partitions) in ranges of
 `--range` records, as the job's read tasks do (`input.max_offsets_per_trigger`
 100,000 = 50,000 a partition a batch), and charges process CPU (the
-librdkafka threads included) to, cumulatively:
+librdkafka threads included) and the bytes they hand on to, cumulatively:
 
 - read: source.range_columns alone (the Kafka consumer: librdkafka's fetch,
   confluent_kafka's Message objects, the column lists);
@@ -54,12 +54,17 @@ def ranges(bootstrap: str, topic: str, size: int) -> list[KafkaRange]:
 def timed(label: str, rs: list[KafkaRange], each) -> float:
     gc.collect()
     t = time.process_time()
-    n = 0
+    n = size = 0
     for r in rs:
         for item in each(r):
             n += 1
+            if isinstance(item, dict):  # range_columns: the record values
+                size += sum(len(v) for v in item["value"] if v)
+            else:  # an Arrow batch of PACKED_SCHEMA: its packs and summaries
+                size += item.column("pack").nbytes + item.column("summary").nbytes
     cpu = time.process_time() - t
-    print(f"  {label:5s} {cpu:6.2f} CPU s ({n} batches)", flush=True)
+    print(f"  {label:5s} {cpu:6.2f} CPU s ({n} batches, {size / 1e6:.1f} MB of "
+          f"{'values' if label == 'read' else 'packs'})", flush=True)
     return cpu
 
 

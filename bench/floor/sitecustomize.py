@@ -13,6 +13,12 @@ job. Without ISR_BENCH_FLOOR it does nothing. MODE, comma-separated:
   domain work: no decision, state or alert rows, and a constant 6-byte state
   row. Spark's operator, the source, the packing, the hand-over to the
   engine process, the state store and the sinks all still run.
+- `outputs` (with `engine`): each bucket call also hands out
+  ISR_BENCH_FLOOR_ROWS (default 14,743) partition_state rows of ~550 bytes
+  of JSON (a real one's shape, keys and ids distinct): the unmodified run's
+  206,408 state records of the realistic 100 k file over its 14 calls, so
+  the outputs' path (the reply frames, Spark's Arrow, the driver's collect,
+  the Kafka producer) runs as in that run while the domain core does not.
 - `pack`: the packing (isr.stream.packing.Packer.pack, in the Python
   source's read tasks or the packing stage) decodes nothing: each bucket's
   pack is the raw record values of its share of the batch (the batch split
@@ -40,15 +46,44 @@ MODES = {m for m in os.environ.get("ISR_BENCH_FLOOR", "").split(",") if m}
 STATE_ROW = b"floor!"
 
 
+ROWS = int(os.environ.get("ISR_BENCH_FLOOR_ROWS", "14743"))
+STATE_VALUE = (
+    '{"type":"partition_state","cluster":"default","topic":"busy","partition":%d,'
+    '"ts":%d,"leader":5,"leader_epoch":1,"replicas":[5,6,7],"isr":[5,6,7],"hw":200,'
+    '"leader_leo":200,"under_replicated":false,"under_min_isr":false,"at_min_isr":false,'
+    '"min_insync_replicas":2,"policy":"kafka","followers":[{"replica":6,"leo":200,'
+    '"lag_ms":0,"last_caught_up_ts":1700000011778,"last_fetch_ts":1700000011778,'
+    '"in_isr":true},{"replica":7,"leo":200,"lag_ms":0,"last_caught_up_ts":1700000011766,'
+    '"last_fetch_ts":1700000011766,"in_isr":true}],"bootstrap":false}')
+_calls = [0]
+
+
+def _state_rows(layout) -> list:
+    from isr.contract.records import OutputRecord
+
+    _calls[0] += 1
+    ts = 1_700_000_000_000 + _calls[0]
+    out = []
+    for i in range(ROWS):
+        p = i * layout[1] + layout[0]
+        key = f"default/busy/{p}"
+        out.append(OutputRecord("partition_state", key, f"{key}@{ts}", ts, STATE_VALUE % (p, ts)))
+    return out
+
+
 def _floor_call_rows(processor, layout, blob, packs, summaries, query, hand_over=None):
     """operator._call_rows without the domain work: the packs read (engine
-    process: a generator handing each over), nothing made."""
+    process: a generator handing each over), nothing made (`outputs`: the
+    synthetic state rows)."""
     n = 0
     for p in packs:
         n += len(p) if p else 0
     for s in summaries:
         n += len(s)
-    return [], STATE_ROW
+    rows = _state_rows(layout) if "outputs" in MODES else []
+    if hand_over is not None:
+        hand_over(rows)
+    return rows, STATE_ROW
 
 
 def _patch_operator(module) -> None:
