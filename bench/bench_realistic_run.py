@@ -387,7 +387,8 @@ def job_settings(args, bootstrap: str, topics, prefix: str, run_dir: Path,
          f"delivery.state_dir={run_dir / 'delivery'}",
          f"metrics.port={args.port_base + 50}", "metrics.address=127.0.0.1",
          'stream.spark_conf={"spark.eventLog.enabled"="true","spark.eventLog.compress"="false","spark.eventLog.dir"="file://'
-         f'{run_dir / "eventlog"}"' + '}']
+         f'{run_dir / "eventlog"}","spark.driver.port"="{args.port_base + 60}",'
+         f'"spark.blockManager.port"="{args.port_base + 61}"' + '}']
     if args.max_offsets:
         s.append(f"input.max_offsets_per_trigger={args.max_offsets}")
     if latency:
@@ -400,6 +401,11 @@ def start_job(args, settings: list[str], run_dir: Path, available_now: bool):
                PYTHONPATH=str(TREE), ISR_SPARK_LOG_LEVEL="ERROR",
                # each bucket call's engine cache hit / catch-up / miss (statelog.py)
                ISR_STATE_CACHE_LOG=str(run_dir / "cache.log"))
+    if args.floor:  # bench/floor/sitecustomize.py: a bench-only shim, in every process
+        env["PYTHONPATH"] = os.pathsep.join((str(TREE / "bench" / "floor"), str(TREE)))
+        env["ISR_BENCH_FLOOR"] = args.floor
+    else:
+        env.pop("ISR_BENCH_FLOOR", None)
     cmd = [PY, "-m", "isr.cli", "run", *(["--available-now"] if available_now else []),
            *[a for o in settings for a in ("--set", o)]]
     (run_dir / "eventlog").mkdir(parents=True, exist_ok=True)
@@ -809,6 +815,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=10)
     ap.add_argument("--drain", type=float, default=20)
     ap.add_argument("--period", type=float, default=0.5, help="the process poll's period, s")
+    ap.add_argument("--floor", default="", metavar="MODE",
+                    help="bench/floor/sitecustomize.py's shim in the job's processes: 'engine' "
+                         "(bucket calls without domain work) or 'engine,pack' (no decode either)")
     ap.add_argument("--rss-log", action="store_true",
                     help="write every poll's per-process RSS/PSS/CPU to <run dir>/rss.jsonl "
                          "(bench/rss_timeline.py summarises it)")
