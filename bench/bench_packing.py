@@ -93,11 +93,12 @@ def source_pass(ranges: list, columns: dict, pack: dict, clock_ms: int) -> list:
     reads Kafka itself."""
     real = source.range_columns
 
-    def from_lists(r) -> Iterator[dict[str, list]]:
+    def from_lists(r, fields=("key", "value", "offset", "timestamp")
+                   ) -> Iterator[dict[str, list]]:
         records = columns[r.partition]
         for lo in range(r.start, r.end, source.ARROW_BATCH_ROWS):
             hi = min(r.end, lo + source.ARROW_BATCH_ROWS)
-            yield {name: column[lo:hi] for name, column in records.items()}
+            yield {name: records[name][lo:hi] for name in fields}
 
     out = []
     source.range_columns = from_lists if columns else real

@@ -216,6 +216,7 @@ class Packer:
         decoded = decode_many(values)  # a marker or a lost record decodes to a Rejection
         sources: dict = {}  # (topic, partition) -> source_name: few per call
         homes = self._buckets
+        max_future_ms = self.max_future_ms
         row: tuple  # one bucket's row (_ROW's fields)
         b: Optional[int]  # a bucket; homes.get's None: a partition not placed yet
         for key, value, topic, partition, offset, more, event in zip(
@@ -237,11 +238,12 @@ class Packer:
                     for b in everyone:
                         rows[b].append(row)
                     continue
-            if offset < 0 and is_data_loss(partition, offset):
-                event, reason, reason_class = None, _text(value), "data_loss"
-            elif isinstance(event, Rejection) or clock_ms is not None:
-                event, reason, reason_class = self._judge(event, clock_ms)
-            # else: a valid event, and no clock to judge it against
+            # Only a record to reject costs a call (_judge): nearly every
+            # record is a valid event, not ahead of the clock.
+            if ((offset < 0 and is_data_loss(partition, offset)) or isinstance(event, Rejection)
+                    or (clock_ms is not None and is_future(event.ts, clock_ms, max_future_ms))):
+                event, reason, reason_class = self._judge(event, clock_ms, value, partition,
+                                                          offset)
             if event is None:
                 home = stable_hash(f"{source}@{offset}") % n
                 rows[home].append((None, seq, value, source, where, reason, reason_class,
@@ -274,8 +276,10 @@ class Packer:
         return [(label, _ipc_rows(bucket_rows) if bucket_rows else b"", summary)
                 for label, bucket_rows in zip(self.labels, rows)]
 
-    def _judge(self, event, clock_ms: Optional[int]):
+    def _judge(self, event, clock_ms: Optional[int], value, partition: int, offset: int):
         """(event, None, None), or (None, reason, reason_class) for a decoded record."""
+        if offset < 0 and is_data_loss(partition, offset):
+            return None, _text(value), "data_loss"
         if isinstance(event, Rejection):
             return None, event.reason, event.reason_class
         if clock_ms is not None and is_future(event.ts, clock_ms, self.max_future_ms):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from operator import methodcaller
 from typing import Iterator, Optional
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -362,7 +363,7 @@ def range_columns(r: KafkaRange, fields: tuple = FIELDS) -> Iterator[dict[str, l
     a time, as lists by column (`fields` of key, value, offset, timestamp
     in µs). An outage of up to `r.outage_s` is waited out; offsets deleted
     under the read stop it, or are reported as a data-loss record (offset -1)."""
-    from confluent_kafka import KafkaError, Message, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
     from isr.errors import KafkaUnavailable
     from isr.kafka.client import consumer
@@ -378,14 +379,13 @@ def range_columns(r: KafkaRange, fields: tuple = FIELDS) -> Iterator[dict[str, l
         while position < r.end:
             messages = c.consume(num_messages=min(ARROW_BATCH_ROWS, r.end - position),
                                  timeout=1.0)
-            offsets = _records_below(messages, r.end, Message)
+            offsets = _records_below(messages, r.end)
             if offsets:  # the common case, taken in bulk (C calls, no step per record)
-                columns["value"] += map(Message.value, messages)
+                columns["value"] += map(_VALUE, messages)
                 columns["offset"] += offsets
                 if keyed:
-                    columns["key"] += map(Message.key, messages)
-                    columns["timestamp"] += [t * 1000 for _type, t in
-                                             map(Message.timestamp, messages)]
+                    columns["key"] += map(_KEY, messages)
+                    columns["timestamp"] += [t * 1000 for _type, t in map(_TIMESTAMP, messages)]
                 position = offsets[-1] + 1
                 messages = []
             for m in messages:
@@ -426,13 +426,18 @@ def range_columns(r: KafkaRange, fields: tuple = FIELDS) -> Iterator[dict[str, l
         c.close()
 
 
-def _records_below(messages: list, end: int, message_type) -> Optional[list[int]]:
+_ERROR, _OFFSET, _KEY, _VALUE, _TIMESTAMP = map(
+    methodcaller, ("error", "offset", "key", "value", "timestamp"))
+
+
+def _records_below(messages: list, end: int) -> Optional[list[int]]:
     """The offsets of `messages` if every one is a record (no error, no
     end-of-partition event) below `end`, else None (and None for no
     messages): then they are looked at one by one."""
-    if not messages or list(map(message_type.error, messages)).count(None) != len(messages):
+    # A KafkaError is true (and compares with None by raising): any() finds one.
+    if not messages or any(map(_ERROR, messages)):
         return None
-    offsets = list(map(message_type.offset, messages))
+    offsets = list(map(_OFFSET, messages))
     return offsets if offsets[-1] < end else None  # a partition's offsets only grow
 
 
