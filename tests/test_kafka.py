@@ -183,6 +183,48 @@ def test_a_read_task_fetches_little_ahead_of_its_range(monkeypatch, properties, 
     assert _Consumer.made[0]["queued.min.messages"] == read_ahead
 
 
+class _EndOfPartition(_Message):
+    def error(self):
+        from confluent_kafka import KafkaError
+
+        return KafkaError(KafkaError._PARTITION_EOF)
+
+
+class _GappyConsumer(_Consumer):
+    """Every third offset gone (a compacted log), consumes that run past the
+    range's end, and an end-of-partition event after offset 30."""
+
+    def consume(self, num_messages: int, timeout: float) -> list:
+        got = []
+        while len(got) < num_messages and self.position <= 30:
+            if self.position % 3:
+                got.append(_Message(self.position))
+            self.position += 1
+        return got + [_EndOfPartition(self.position)] if self.position > 30 else got
+
+
+@pytest.mark.parametrize("start, end", [(0, 31), (2, 20), (4, 5)])
+def test_a_read_task_reads_its_range_in_bulk_as_record_by_record(monkeypatch, start, end):
+    """A consume's messages are taken in bulk when all are records below the
+    range's end, else one by one: either way the range's records only, in
+    order, with their keys and timestamps unless packing leaves them out."""
+    from isr.kafka import client
+    from isr.stream import source
+
+    monkeypatch.setattr(client, "Consumer", _GappyConsumer)
+    monkeypatch.setattr(source, "ARROW_BATCH_ROWS", 4)
+    r = source.KafkaRange("t", 0, start, end, {"bootstrap.servers": "127.0.0.1:1"}, 30.0, True)
+    expected = [o for o in range(start, min(end, 31)) if o % 3]
+    read = list(source.range_columns(r))
+    assert [o for c in read for o in c["offset"]] == expected
+    assert [t for c in read for t in c["timestamp"]] == [
+        (1_700_000_000_000 + o) * 1000 for o in expected]
+    assert [k for c in read for k in c["key"]] == [b"k"] * len(expected)
+    packing = list(source.range_columns(r, source.PACKED_FIELDS))
+    assert [set(c) for c in packing] == [{"value", "offset"}] * len(packing)
+    assert [o for c in packing for o in c["offset"]] == expected
+
+
 class _EventMessage(_Message):
     """A record whose value is an event (an append, a fetch session listing two
     partitions, now and then a line that is no event or one from the future)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from operator import methodcaller
 from typing import Iterator, Optional
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -342,20 +343,26 @@ def packed_range(r: KafkaRange, pack: dict, clock: Optional[int]) -> Iterator:
     packer = Packer(pack["labels"], pack["max_future_ms"])
 
     def packed() -> Iterator:
-        for c in range_columns(r):
+        for c in range_columns(r, PACKED_FIELDS):
             n = len(c["offset"])
-            yield packed_batch(packer.pack(c["key"], c["value"], [r.topic] * n,
+            # No keys: the packer reads a key only for a file's line number.
+            yield packed_batch(packer.pack([None] * n, c["value"], [r.topic] * n,
                                            [r.partition] * n, c["offset"], clock,
                                            [r.behind] * n))
 
     return _given_back_after(fewer_gc_passes_while(packed()))
 
 
-def range_columns(r: KafkaRange) -> Iterator[dict[str, list]]:
+# range_columns' columns: all (a reader's Arrow batches), or what packing reads.
+FIELDS = ("key", "value", "offset", "timestamp")
+PACKED_FIELDS = ("value", "offset")
+
+
+def range_columns(r: KafkaRange, fields: tuple = FIELDS) -> Iterator[dict[str, list]]:
     """The records [start, end) of one Kafka partition, ARROW_BATCH_ROWS at
-    a time, as lists by column (key, value, offset, timestamp in µs).
-    An outage of up to `r.outage_s` is waited out; offsets deleted under the
-    read stop it, or are reported as a data-loss record (offset -1)."""
+    a time, as lists by column (`fields` of key, value, offset, timestamp
+    in µs). An outage of up to `r.outage_s` is waited out; offsets deleted
+    under the read stop it, or are reported as a data-loss record (offset -1)."""
     from confluent_kafka import KafkaError, TopicPartition
 
     from isr.errors import KafkaUnavailable
@@ -364,13 +371,23 @@ def range_columns(r: KafkaRange) -> Iterator[dict[str, list]]:
     # "error": an offset that is gone must be said, never skipped by a reset.
     c = consumer({**READ_AHEAD, **r.conf},
                  **{"enable.partition.eof": True, "auto.offset.reset": "error"})
-    columns = _no_columns()
+    keyed = "key" in fields
+    columns = _no_columns(fields)
     try:
         c.assign([TopicPartition(r.topic, r.partition, r.start)])
         position, last_progress = r.start, time.monotonic()
         while position < r.end:
             messages = c.consume(num_messages=min(ARROW_BATCH_ROWS, r.end - position),
                                  timeout=1.0)
+            offsets = _records_below(messages, r.end)
+            if offsets:  # the common case, taken in bulk (C calls, no step per record)
+                columns["value"] += map(_VALUE, messages)
+                columns["offset"] += offsets
+                if keyed:
+                    columns["key"] += map(_KEY, messages)
+                    columns["timestamp"] += [t * 1000 for _type, t in map(_TIMESTAMP, messages)]
+                position = offsets[-1] + 1
+                messages = []
             for m in messages:
                 err = m.error()
                 if err is not None:
@@ -388,12 +405,13 @@ def range_columns(r: KafkaRange) -> Iterator[dict[str, list]]:
                 if offset >= r.end:
                     position = r.end
                     break
-                columns["key"].append(m.key())
                 columns["value"].append(m.value())
                 columns["offset"].append(offset)
-                columns["timestamp"].append(m.timestamp()[1] * 1000)
+                if keyed:
+                    columns["key"].append(m.key())
+                    columns["timestamp"].append(m.timestamp()[1] * 1000)
                 position = offset + 1
-            if messages:
+            if offsets or messages:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > r.outage_s:
                 raise KafkaUnavailable(
@@ -401,15 +419,30 @@ def range_columns(r: KafkaRange) -> Iterator[dict[str, list]]:
                     f"{position} (end {r.end}; kafka.outage_timeout_s)")
             if len(columns["offset"]) >= ARROW_BATCH_ROWS:
                 yield columns
-                columns = _no_columns()
+                columns = _no_columns(fields)
         if columns["offset"]:
             yield columns
     finally:
         c.close()
 
 
-def _no_columns() -> dict[str, list]:
-    return {n: [] for n in ("key", "value", "offset", "timestamp")}
+_ERROR, _OFFSET, _KEY, _VALUE, _TIMESTAMP = map(
+    methodcaller, ("error", "offset", "key", "value", "timestamp"))
+
+
+def _records_below(messages: list, end: int) -> Optional[list[int]]:
+    """The offsets of `messages` if every one is a record (no error, no
+    end-of-partition event) below `end`, else None (and None for no
+    messages): then they are looked at one by one."""
+    # A KafkaError is true (and compares with None by raising): any() finds one.
+    if not messages or any(map(_ERROR, messages)):
+        return None
+    offsets = list(map(_OFFSET, messages))
+    return offsets if offsets[-1] < end else None  # a partition's offsets only grow
+
+
+def _no_columns(fields: tuple = FIELDS) -> dict[str, list]:
+    return {n: [] for n in fields}
 
 
 def _lost_under_read(c, r: KafkaRange, position: int, columns: dict) -> int:
@@ -424,10 +457,11 @@ def _lost_under_read(c, r: KafkaRange, position: int, columns: dict) -> int:
         raise DataLossError(f"{why}; set input.fail_on_data_loss = false to read on and record "
                             "the gap as a dead letter, or start with a new "
                             "stream.checkpoint_location")
-    columns["key"].append(None)
     columns["value"].append(f"{why}; read on from offset {low}".encode())
     columns["offset"].append(-1)
-    columns["timestamp"].append(None)
+    if "key" in columns:
+        columns["key"].append(None)
+        columns["timestamp"].append(None)
     c.assign([TopicPartition(r.topic, r.partition, low)])
     return low
 
