@@ -117,7 +117,7 @@ class BucketProcessor:
         self.metrics_refresh_ms = metrics_refresh_ms
 
     def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None,
-                snapshot_blob=None) -> Bucket:
+                snapshot_blob: Optional[snapshot.State] = None) -> Bucket:
         """A bucket from its layout-1 state (None: a new one, or the one of
         `snapshot_blob`, an engine snapshot without its queue, as bytes or as
         snapshot.fold_log decoded it). `layout`
