@@ -7,6 +7,7 @@ Python's headers (.ci/run installs them)."""
 from __future__ import annotations
 
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -19,13 +20,19 @@ from isr.sim.cluster import Simulator
 from isr.sim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
+# The compiled modules (scripts/build-native's list), as module names.
+NATIVE = [path[:-3].replace("/", ".")
+          for path in runpy.run_path(str(ROOT / "scripts" / "build-native"))["NATIVE"]]
 # The domain core's own tests (the models, the session driver against the
 # per-partition expansion, the alert shortcuts against their scans, the
-# seeds from Kafka's PartitionTest, the golden outputs), run on the build.
+# seeds from Kafka's PartitionTest, the golden outputs), and the engine
+# process's (the throttle, the snapshots and the state rows, the bucket
+# calls), run on the build.
 DOMAIN_TESTS = ["test_model_fetch.py", "test_model_time.py", "test_model_stall.py",
                 "test_model_leader_brokers.py", "test_model_seeds.py", "test_engine.py",
                 "test_sessions.py", "test_alerts.py", "test_tie_order.py", "test_golden.py",
-                "test_shared_state.py", "test_gc_tuning.py"]
+                "test_shared_state.py", "test_gc_tuning.py", "test_whatif.py",
+                "test_stream_operator.py", "test_statelog.py", "test_state_save_memory.py"]
 SKIP = shutil.ignore_patterns(".git", ".venv", "build", "tmp", "dist", "__pycache__", "*.so",
                               "native.json", ".hypothesis", ".mypy_cache", "*.egg-info",
                               "checkpoints", "results", "spark-warehouse")
@@ -52,7 +59,8 @@ def built(tmp_path_factory) -> Path:
     run = subprocess.run([sys.executable, "scripts/build-native"], cwd=tree,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "build-native: 19 extension modules" in run.stdout
+    # each module's extension and their shared library
+    assert f"build-native: {len(NATIVE) + 1} extension modules" in run.stdout
     return tree
 
 
@@ -63,9 +71,8 @@ def _python(tree: Path, *args: str, **kw) -> subprocess.CompletedProcess:
 
 
 def _imported(tree: Path) -> list[str]:
-    run = _python(tree, "-c", "import isr, isr.engine.local, isr.model.partition, "
-                  "isr.alerts.evaluator as e; print(isr.__file__); "
-                  "print(isr.engine.local.__file__, isr.model.partition.__file__, e.__file__)")
+    run = _python(tree, "-c", "import importlib, isr; print(isr.__file__); "
+                  f"print(*[importlib.import_module(m).__file__ for m in {NATIVE!r}])")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.split("\n")
     assert lines[0] == str(tree / "isr" / "__init__.py")  # the copy, not this tree

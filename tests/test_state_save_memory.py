@@ -127,7 +127,7 @@ def _call_in_pieces(request: list, frames: list) -> tuple:
 def _settings_json(state_interval_ms: int = 0) -> str:
     import json
 
-    return json.dumps([MONITOR.model_dump_json(), state_interval_ms, False, None])
+    return json.dumps([MONITOR.model_dump_json(), state_interval_ms, False, 0])
 
 
 def test_the_engine_process_holds_no_packs_once_the_records_are_applied(monkeypatch):

@@ -15,7 +15,7 @@ engine's snapshot stores it under `name`.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from mypy_extensions import mypyc_attr
 
@@ -24,7 +24,11 @@ from mypy_extensions import mypyc_attr
 # that are not compiled (the Spark job's throttle, the what-if timelines).
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Listener:
-    name = ""  # set by listeners that keep state across snapshots
+    # Set by listeners that keep state across snapshots, per class. A class
+    # variable: compiled code (isr/engine/snapshot.py) then reads it as
+    # Python does, and so finds an interpreted subclass's own (an instance
+    # attribute would be the compiled base's slot: "").
+    name: ClassVar[str] = ""
 
     def on_advance(self, model, until: int, inclusive: bool, out: list) -> None:
         """The model ran its checks up to `until` (and at it, if inclusive).

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import islice
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import orjson
 
@@ -29,6 +29,11 @@ VERSION = 4
 # layout 1 or 2, migrated (isr/stream/statelog.py): its sessions' logs are
 # one list per entry, and its deltas hold each changed session whole.
 READS = (3, 4)
+
+
+# A snapshot or a delta as restore and apply_delta take it: its JSON bytes,
+# or the dict fold_log decoded them into.
+State = Union[bytes, dict]
 
 
 class StateVersionError(ValueError):
@@ -102,7 +107,7 @@ def queued_raw(engine: LocalEngine) -> list[tuple]:
     return [(ts, s, _raw(ev), origin) for ts, s, ev, origin in engine.sequencer.queued]
 
 
-def restore(monitor: MonitorSettings, blob: bytes,
+def restore(monitor: MonitorSettings, blob: State,
             on_reject: Optional[Callable[[Any, str], None]] = None,
             external_watermark: bool = False, listeners=(),
             queued: Optional[list[tuple]] = None, deadline_index: bool = True) -> LocalEngine:
@@ -217,7 +222,7 @@ def fold_log(blob: bytes, deltas: list) -> tuple[dict, list]:
     return data, decoded
 
 
-def apply_delta(engine: LocalEngine, blob) -> None:
+def apply_delta(engine: LocalEngine, blob: State) -> None:
     """Apply one `delta` (or one decoded by `fold_log`) to an engine
     restored from the snapshot before it."""
     from isr.model.session import Session
@@ -268,9 +273,9 @@ def apply_delta(engine: LocalEngine, blob) -> None:
     engine._restored()  # the checks the delta's batch ran
 
 
-def _decoded(blob) -> dict:
+def _decoded(blob: State) -> dict:
     """A snapshot or delta as JSON bytes, or one already decoded (fold_log)."""
-    return orjson.loads(blob) if isinstance(blob, (bytes, bytearray, memoryview)) else blob
+    return blob if isinstance(blob, dict) else orjson.loads(blob)
 
 
 def _hand_listeners(engine: LocalEngine, states: dict, give) -> None:

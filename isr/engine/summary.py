@@ -4,11 +4,20 @@ spent under min ISR (what `isr replay` prints and the what-if report extends).""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
+
+from mypy_extensions import mypyc_attr
 
 from isr.contract.decisions import IsrChange
 
+if TYPE_CHECKING:
+    from isr.engine.local import LocalEngine
 
+
+# A Python class even when compiled (scripts/build-native): the what-if
+# report's row extends it (isr/engine/whatif.py, PolicyRow), and
+# dataclasses.asdict reads it; a few per run.
+@mypyc_attr(native_class=False)
 @dataclass
 class PolicySummary:
     policy: str
@@ -20,7 +29,7 @@ class PolicySummary:
     time_under_min_isr_ms: int = 0
 
 
-def model_stats(engine) -> dict[str, list[int]]:
+def model_stats(engine: LocalEngine) -> dict[str, list[int]]:
     """Per policy: [partitions, partitions ever under min ISR, ms under min ISR]."""
     stats = {}
     for policy, parts in engine.partitions.items():
@@ -55,5 +64,5 @@ def summarize(policies: list[str], decisions: Iterable, stats: dict[str, list[in
     return list(rows.values())
 
 
-def summary(engine, decisions: Iterable) -> list[PolicySummary]:
+def summary(engine: LocalEngine, decisions: Iterable) -> list[PolicySummary]:
     return summarize(engine.policies, decisions, model_stats(engine))

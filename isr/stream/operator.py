@@ -117,7 +117,7 @@ class BucketProcessor:
         self.metrics_refresh_ms = metrics_refresh_ms
 
     def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None,
-                snapshot_blob=None) -> Bucket:
+                snapshot_blob: Optional[snapshot.State] = None) -> Bucket:
         """A bucket from its layout-1 state (None: a new one, or the one of
         `snapshot_blob`, an engine snapshot without its queue, as bytes or as
         snapshot.fold_log decoded it). `layout`
@@ -484,11 +484,12 @@ def _call(processor: BucketProcessor, layout: tuple[int, int], pdfs: Iterator,
 
 
 def _call_rows(processor: BucketProcessor, layout: tuple[int, int], blob: Optional[bytes],
-               packs: list, summaries: list, query: tuple,
+               packs: Iterable[bytes], summaries: list, query: tuple,
                hand_over: Optional[Callable[[list], None]] = None
                ) -> tuple[list[OutputRecord], bytes]:
     """One bucket call on its state row `blob`: (output rows, the new row),
-    without cyclic GC passes meanwhile (gc_tuning.py). Here or in the
+    without cyclic GC passes meanwhile (gc_tuning.py); `packs` may be an
+    iterator (the engine process hands each over as it is read). Here or in the
     bucket's engine process (engineproc.py), which passes `hand_over`: it
     takes the output rows as they are made once the records are applied
     (process), the rest after, before the bucket is saved, and empties the
