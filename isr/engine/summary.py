@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from isr.engine.local import LocalEngine
 
 
-# A Python class even when compiled (scripts/build-native): the what-if
-# report's row extends it (isr/engine/whatif.py, PolicyRow), and
-# dataclasses.asdict reads it; a few per run.
+# A Python class should this module be compiled (scripts/build-native,
+# branch `wide`): the what-if report's row extends it (isr/engine/whatif.py,
+# PolicyRow), and dataclasses.asdict reads it; a few per run.
 @mypyc_attr(native_class=False)
 @dataclass
 class PolicySummary:
