@@ -6,18 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
-from mypy_extensions import mypyc_attr
-
 from isr.contract.decisions import IsrChange
 
 if TYPE_CHECKING:
     from isr.engine.local import LocalEngine
 
 
-# A Python class should this module be compiled (scripts/build-native,
-# branch `wide`): the what-if report's row extends it (isr/engine/whatif.py,
-# PolicyRow), and dataclasses.asdict reads it; a few per run.
-@mypyc_attr(native_class=False)
 @dataclass
 class PolicySummary:
     policy: str

@@ -238,13 +238,18 @@ class Packer:
                     for b in everyone:
                         rows[b].append(row)
                     continue
-            # Only a record to reject costs a call (_judge): nearly every
-            # record is a valid event, not ahead of the clock.
-            if ((offset < 0 and is_data_loss(partition, offset)) or isinstance(event, Rejection)
-                    or (clock_ms is not None and is_future(event.ts, clock_ms, max_future_ms))):
-                event, reason, reason_class = self._judge(event, clock_ms, value, partition,
-                                                          offset)
-            if event is None:
+            # A record to reject (written inline, not as a call: nearly every
+            # record is a valid event, not ahead of the clock).
+            if offset < 0 and is_data_loss(partition, offset):
+                reason, reason_class = _text(value), "data_loss"
+            elif isinstance(event, Rejection):
+                reason, reason_class = event.reason, event.reason_class
+            elif clock_ms is not None and is_future(event.ts, clock_ms, max_future_ms):
+                reason, reason_class = future_reason(event.ts, clock_ms, max_future_ms,
+                                                     "the batch's clock"), FUTURE
+            else:
+                reason = None
+            if reason is not None:
                 home = stable_hash(f"{source}@{offset}") % n
                 rows[home].append((None, seq, value, source, where, reason, reason_class,
                                    None, None, None))
@@ -275,17 +280,6 @@ class Packer:
         summary = orjson.dumps(latest)
         return [(label, _ipc_rows(bucket_rows) if bucket_rows else b"", summary)
                 for label, bucket_rows in zip(self.labels, rows)]
-
-    def _judge(self, event, clock_ms: Optional[int], value, partition: int, offset: int):
-        """(event, None, None), or (None, reason, reason_class) for a decoded record."""
-        if offset < 0 and is_data_loss(partition, offset):
-            return None, _text(value), "data_loss"
-        if isinstance(event, Rejection):
-            return None, event.reason, event.reason_class
-        if clock_ms is not None and is_future(event.ts, clock_ms, self.max_future_ms):
-            return None, future_reason(event.ts, clock_ms, self.max_future_ms,
-                                       "the batch's clock"), FUTURE
-        return event, None, None
 
 
 def _text(value) -> str:
