@@ -195,3 +195,22 @@ def test_the_engine_reports_a_future_event_without_applying_it():
     assert outcome.status == "future" and "ahead of the stream's time" in outcome.reason
     engine.finish()
     assert engine.max_ts == T0
+
+
+def test_a_closed_engine_is_freed_without_the_cyclic_gc_and_closes_twice():
+    import gc
+    import weakref
+
+    engine = local_engine(_settings())
+    engine.apply_in_order([leader(T0), append(T0 + 1, 10)])
+    gone = weakref.ref(engine)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        engine.close()
+        engine.close()  # a second close must not raise
+        del engine
+        assert gone() is None  # reference counting freed it: no cycle left
+    finally:
+        if was:
+            gc.enable()

@@ -719,5 +719,8 @@ class LocalEngine:
         cycle, with its session driver, is broken, so its models are freed
         as soon as the caller drops it. Left to the cyclic GC, freeing them
         took a pass over every object of every model: 1.5 s of CPU for
-        100 k partitions (docs/benchmarks.md, "The start and the end")."""
-        del self.session_driver.engine
+        100 k partitions (docs/benchmarks.md, "The start and the end").
+        A second close does nothing."""
+        driver = self.session_driver
+        if hasattr(driver, "engine"):
+            del driver.engine
