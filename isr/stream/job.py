@@ -232,15 +232,36 @@ def close_state_stores(spark) -> bool:
     (facebook/rocksdb#11374, #14850): a JVM that exits while a RocksDB
     thread is at work aborts (bench/RocksDBExitRace.java), as spark-submit
     once did in CI (docs/real-kafka.md, "Known issues"). In local mode the
-    executors' stores are in this JVM; a cluster's executors keep theirs."""
+    executors' stores are in this JVM; a cluster's executors keep theirs.
+
+    The maintenance stops first (`stop_maintenance`): StateStore.stop()
+    holds the stores' lock while it waits for the maintenance threads, and a
+    maintenance run in flight waits for that lock to unload the stores the
+    finished query left inactive, so the stop waited out Spark's shutdown
+    timeouts (spark.sql.streaming.stateStore.maintenanceShutdownTimeout,
+    300 s, then 60 s): `isr run` took 6 minutes to exit after a run longer
+    than one maintenance interval (docs/operations.md, "Known issues")."""
     try:
         if spark.streams.active:  # another query's stores are in use
             return False
         jvm = spark.sparkContext._jvm
-        getattr(jvm, STATE_STORE_OBJECT).stop()  # unloads (closes) each, ends maintenance
+        stop_maintenance(jvm)
+        getattr(jvm, STATE_STORE_OBJECT).stop()  # unloads (closes) each
         return True
     except Exception:  # noqa: BLE001 - the JVM is gone already (Ctrl-C): nothing left open
         return False
+
+
+def stop_maintenance(jvm) -> None:
+    """Stop the state stores' maintenance without holding their lock, so a
+    run in flight finishes (Spark's StateStore.stopMaintenanceTaskWithoutLock,
+    public in the JVM, which Spark's own tests call for this deadlock). A
+    Spark without it keeps the old way: StateStore.stop() alone."""
+    state_store = getattr(jvm.org.apache.spark.sql.execution.streaming.state, "StateStore$")
+    try:
+        getattr(state_store, "MODULE$").stopMaintenanceTaskWithoutLock()
+    except Exception:  # noqa: BLE001 - Py4JError: no such method in this Spark
+        pass
 
 
 def set_log_level(spark, level: str) -> None:

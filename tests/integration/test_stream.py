@@ -53,6 +53,40 @@ def open_rocksdb_instances(spark) -> list[str]:
     return sorted(t for t in targets if "StateStoreId(" in t and "/LOCK" in t)
 
 
+MAINTENANCE = {"spark.sql.streaming.stateStore.maintenanceInterval": "20ms",
+               "spark.sql.streaming.stateStore.maintenanceShutdownTimeout": "20"}
+
+
+def test_closing_the_state_stores_does_not_wait_for_a_maintenance_run(spark, tmp_path):
+    """A maintenance run in flight when the query ends waits for the stores'
+    lock, which StateStore.stop() holds while it waits for the maintenance:
+    the close took Spark's shutdown timeouts (here 20 s, then 60 s; 300 s
+    then 60 s by default: `isr run` exited 6 minutes after its last batch).
+    With the maintenance running every 20 ms, one is in flight at the close."""
+    import time
+
+    job.close_state_stores(spark)  # a maintenance started earlier takes the new settings
+    for key, value in MAINTENANCE.items():
+        spark.conf.set(key, value)
+    try:
+        rows = spark.readStream.format("rate").option("rowsPerSecond", 2000).load()
+        query = (rows.groupBy((rows.value % 5000).alias("k")).count().writeStream
+                 .format("noop").outputMode("update")
+                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(processingTime="200 milliseconds").start())
+        try:
+            query.awaitTermination(6)
+        finally:
+            query.stop()
+        began = time.monotonic()
+        assert job.close_state_stores(spark)
+        assert time.monotonic() - began < 10
+        assert open_rocksdb_instances(spark) == []
+    finally:
+        for key in MAINTENANCE:
+            spark.conf.unset(key)
+        job.close_state_stores(spark)  # the next query's maintenance takes the defaults
+
 @pytest.fixture(scope="module")
 def workload_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("wl") / "events.jsonl"
