@@ -382,6 +382,35 @@ def _records_of(batch) -> list[OutputRecord]:
         *[batch.column(name).to_pylist() for name in OutputRecord._fields])))
 
 
+# How Spark writes the checkpoint's files (the offset and commit logs, the
+# state stores' changelogs and snapshots): by default through Hadoop's
+# FileContext, whose rename of a local file asks for each path's link status
+# by running `readlink` in a new process (Hadoop's RawLocalFileSystem without
+# its native library, which pyspark does not ship): ~33 processes a
+# micro-batch here. Through the FileSystem API a local rename is Java's
+# File.renameTo (rename(2), atomic as FileContext's is), and no process runs.
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+FILE_SYSTEM_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
+                       "FileSystemBasedCheckpointFileManager")
+
+
+def renames_without_a_shell(spark, checkpoint: str) -> bool:
+    """For a checkpoint on the local file system, Spark's checkpoint files
+    go through the FileSystem API (CHECKPOINT_FILE_MANAGER), unless
+    stream.spark_conf chose a manager; whether it was set. Elsewhere (HDFS,
+    object stores) Spark's default stays: HDFS's FileContext rename is the
+    atomic one Spark relies on."""
+    if spark.conf.get(CHECKPOINT_FILE_MANAGER, None) not in (None, FILE_SYSTEM_MANAGER):
+        return False
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(checkpoint)
+    scheme = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).getScheme()
+    if scheme != "file":
+        return False
+    spark.conf.set(CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_MANAGER)
+    return True
+
+
 def start(spark, settings: Settings, write_batch: Callable, source_df=None,
           trigger: Optional[dict] = None, checkpoint: Optional[str] = None, live: bool = True,
           partition_metrics: bool = False, packed_source: Optional[Callable] = None):
@@ -393,6 +422,7 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
     `packed_source(settings)`, a source that packs as it reads for the
     settings' buckets (known only here), else the configured input."""
     checkpoint = checkpoint or settings.stream.checkpoint_location
+    renames_without_a_shell(spark, checkpoint)
     buckets = resolve(spark, settings.stream.state_buckets, checkpoint)
     spark.conf.set(SHUFFLE_PARTITIONS, str(buckets))  # one task per bucket
     settings = settings.model_copy(update={
