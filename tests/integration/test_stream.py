@@ -254,6 +254,15 @@ def test_a_local_checkpoints_files_are_renamed_by_the_file_system_api(spark, tmp
     assert not job.choose_checkpoint_file_manager(spark, "hdfs://namenode:8020/isr/cp")
     assert spark.conf.get(job.CHECKPOINT_FILE_MANAGER, None) is None
     assert manager(str(tmp_path / "cp3")) == "FileContextBasedCheckpointFileManager"
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # a path without a scheme:
+    default_fs = conf.get("fs.defaultFS")                 # Hadoop's default file system's
+    conf.set("fs.defaultFS", "hdfs://namenode:8020")
+    try:
+        assert not job.local_file_system(spark, "/isr/cp")
+        assert job.local_file_system(spark, "file:///isr/cp")
+    finally:
+        conf.set("fs.defaultFS", default_fs)
+    assert job.local_file_system(spark, "/isr/cp")
     spark.conf.set(job.CHECKPOINT_FILE_MANAGER, "com.example.Manager")  # an operator's
     try:
         assert not job.choose_checkpoint_file_manager(spark, str(tmp_path / "cp4"))
