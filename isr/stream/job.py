@@ -403,6 +403,52 @@ def _records_of(batch) -> list[OutputRecord]:
         *[batch.column(name).to_pylist() for name in OutputRecord._fields])))
 
 
+# How Spark writes the checkpoint's files (the offset and commit logs, the
+# state stores' changelogs and snapshots): by default through Hadoop's
+# FileContext, whose rename of a local file asks for each path's link status
+# by running `readlink` in a new process (Hadoop's RawLocalFileSystem without
+# its native library, which pyspark does not ship): ~33 processes a
+# micro-batch here. Through the FileSystem API a local rename is Java's
+# File.renameTo (rename(2), atomic as FileContext's is), and no process runs.
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+FILE_SYSTEM_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
+                       "FileSystemBasedCheckpointFileManager")
+# Set in the session when job.start chose FILE_SYSTEM_MANAGER, so that a
+# later query of the session on another file system gets Spark's default back.
+CHOSEN_BY_JOB = "spark.isr.checkpointFileManager.local"
+
+
+def choose_checkpoint_file_manager(spark, checkpoint: str) -> bool:
+    """For a checkpoint on the local file system, Spark writes the
+    checkpoint's files through the FileSystem API (CHECKPOINT_FILE_MANAGER)
+    unless a manager was chosen in the session's configuration
+    (stream.spark_conf, spark-submit's --conf); whether it does. Elsewhere
+    (HDFS, object stores) Spark's default stays: HDFS's FileContext rename is
+    the atomic one Spark relies on there."""
+    chosen = spark.conf.get(CHECKPOINT_FILE_MANAGER, None)
+    ours = spark.conf.get(CHOSEN_BY_JOB, None) == "true"
+    if chosen is not None and not ours:
+        return chosen == FILE_SYSTEM_MANAGER  # the operator's choice
+    if local_file_system(spark, checkpoint):
+        spark.conf.set(CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_MANAGER)
+        spark.conf.set(CHOSEN_BY_JOB, "true")
+        return True
+    if ours:
+        spark.conf.unset(CHECKPOINT_FILE_MANAGER)
+        spark.conf.unset(CHOSEN_BY_JOB)
+    return False
+
+
+def local_file_system(spark, path: str) -> bool:
+    """Whether Hadoop takes `path` for a local one (file://, or no scheme
+    with fs.defaultFS local), by its URI alone: no file system is opened."""
+    jvm = spark.sparkContext._jvm
+    uri = jvm.org.apache.hadoop.fs.Path(path).toUri()
+    scheme = uri.getScheme() or jvm.org.apache.hadoop.fs.FileSystem.getDefaultUri(
+        spark.sparkContext._jsc.hadoopConfiguration()).getScheme()
+    return scheme == "file"
+
+
 def start(spark, settings: Settings, write_batch: Callable, source_df=None,
           trigger: Optional[dict] = None, checkpoint: Optional[str] = None, live: bool = True,
           partition_metrics: bool = False, packed_source: Optional[Callable] = None):
@@ -414,6 +460,7 @@ def start(spark, settings: Settings, write_batch: Callable, source_df=None,
     `packed_source(settings)`, a source that packs as it reads for the
     settings' buckets (known only here), else the configured input."""
     checkpoint = checkpoint or settings.stream.checkpoint_location
+    choose_checkpoint_file_manager(spark, checkpoint)  # before the query is made
     buckets = resolve(spark, settings.stream.state_buckets, checkpoint)
     spark.conf.set(SHUFFLE_PARTITIONS, str(buckets))  # one task per bucket
     settings = settings.model_copy(update={

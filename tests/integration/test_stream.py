@@ -266,6 +266,45 @@ def test_the_session_commits_rocksdb_changelogs_and_takes_spark_conf_from_settin
     assert session is spark and spark.conf.get("spark.isr.test.marker") == "on"
 
 
+def test_a_local_checkpoints_files_are_renamed_by_the_file_system_api(spark, tmp_path):
+    """A query on a local checkpoint writes its logs through Spark's
+    FileSystem-based manager (a rename without Hadoop's `readlink`
+    processes); one on another file system gets Spark's default back; an
+    operator's choice stays."""
+    from pyspark.sql import functions as F
+
+    def manager(checkpoint: str) -> str:
+        query = (spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+                 .select(F.col("value")).writeStream.format("noop")
+                 .option("checkpointLocation", checkpoint).start())
+        try:
+            return query._jsq.streamingQuery().offsetLog().fileManager().getClass().getSimpleName()
+        finally:
+            query.stop()
+
+    assert job.choose_checkpoint_file_manager(spark, str(tmp_path / "cp"))
+    assert manager(str(tmp_path / "cp")) == "FileSystemBasedCheckpointFileManager"
+    assert job.choose_checkpoint_file_manager(spark, f"file://{tmp_path}/cp2")
+    assert not job.choose_checkpoint_file_manager(spark, "hdfs://namenode:8020/isr/cp")
+    assert spark.conf.get(job.CHECKPOINT_FILE_MANAGER, None) is None
+    assert manager(str(tmp_path / "cp3")) == "FileContextBasedCheckpointFileManager"
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # a path without a scheme:
+    default_fs = conf.get("fs.defaultFS")                 # Hadoop's default file system's
+    conf.set("fs.defaultFS", "hdfs://namenode:8020")
+    try:
+        assert not job.local_file_system(spark, "/isr/cp")
+        assert job.local_file_system(spark, "file:///isr/cp")
+    finally:
+        conf.set("fs.defaultFS", default_fs)
+    assert job.local_file_system(spark, "/isr/cp")
+    spark.conf.set(job.CHECKPOINT_FILE_MANAGER, "com.example.Manager")  # an operator's
+    try:
+        assert not job.choose_checkpoint_file_manager(spark, str(tmp_path / "cp4"))
+        assert spark.conf.get(job.CHECKPOINT_FILE_MANAGER) == "com.example.Manager"
+    finally:
+        spark.conf.unset(job.CHECKPOINT_FILE_MANAGER)
+
+
 @pytest.mark.parametrize("buckets", [2, 4, 7])
 def test_every_bucket_gets_its_own_stateful_task(spark, buckets):
     """Spark hash-partitions the stateful operator's input by key; bucket keys
