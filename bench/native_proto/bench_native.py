@@ -17,6 +17,8 @@ bench_reference.py runs it). Stages:
   rust-event     the Rust model, one Python call per event, from Python int columns
   rust-batch     the Rust model fed the whole stream as int64 columns in one call
   rust-file      rust-batch plus reading the JSON lines with orjson into the columns
+  rust-json      the Rust model reading the file itself (serde_json, keys to ids in a
+                 HashMap): a native replay of this grain, no Python per event
   reference      bench_reference.py's plain-Python reference model (it reads the file)
   replay         `isr replay`'s path from the file (decode + validate + engine), alerts off
 Every model stage's isr_change decisions (ts, cluster/topic/partition, id,
@@ -44,7 +46,8 @@ BENCH = os.path.dirname(HERE)
 TREE = os.path.dirname(BENCH)
 KIND = {"leader": 0, "append": 1, "fetch": 2}
 NO_HW = -(1 << 63)
-MODEL_STAGES = ("python", "python-alerts", "mypyc", "rust-event", "rust-batch", "rust-file")
+MODEL_STAGES = ("python", "python-alerts", "mypyc", "rust-event", "rust-batch", "rust-file",
+                "rust-json")
 ALL_STAGES = MODEL_STAGES + ("reference", "replay")
 
 
@@ -143,6 +146,17 @@ def run_model_python(path: str, alerts: bool, lag: int) -> tuple[float, list, di
 def run_rust(path: str, stage: str, lag: int) -> tuple[float, list, dict]:
     import isr_native_proto as native
     from isr.gc_tuning import no_gc_passes
+    if stage == "rust-json":
+        start = time.process_time()
+        with no_gc_passes():
+            model = native.Model(lag)
+            max_ts, keys = model.apply_file(path)
+            model.finish(max_ts)
+            decisions = model.take_decisions()
+        secs = time.process_time() - start
+        parts, held = model.memory()
+        return secs, normal_rust(decisions, keys), {"counts": model.counts(), "partitions": parts,
+                                                   "bytes": held}
     if stage == "rust-file":
         start = time.process_time()
         with no_gc_passes():
@@ -299,7 +313,7 @@ def parent(args) -> None:
             print(f"{stage:15} {med:8.3f} {min(secs):8.3f} {max(secs):8.3f} {n / med:12,.0f} "
                   f"{py / med if py else 0:9.2f} {ref / med if ref else 0:11.2f} "
                   f"{runs[0]['count']:9,} {same}")
-        for stage in ("rust-batch", "rust-file"):
+        for stage in ("rust-batch", "rust-file", "rust-json"):
             if stage in results:
                 r = results[stage][0]
                 print(f"{stage}: {r['partitions']:,} partitions, {r['bytes'] / r['partitions']:.0f} "
@@ -318,7 +332,8 @@ def main() -> None:
     ap.add_argument("--input")
     ap.add_argument("--out")
     ap.add_argument("--lag", type=int, default=30000, help="replica_lag_time_max_ms")
-    ap.add_argument("--streams", nargs="+", default=["1000:1000000", "100000:1000000:500"],
+    ap.add_argument("--streams", nargs="+",
+                    default=["1000:1000000", "100000:1000000:500", "100000:1000000"],
                     help="partitions:events[:round_ms] (gen.py)")
     ap.add_argument("--stages", default=",".join(ALL_STAGES))
     ap.add_argument("--rounds", type=int, default=3)

@@ -10,7 +10,12 @@
 //! (counted as `unsupported`), fetch_start (KIP-501), min_insync_replicas
 //! overrides per event, the time-under-min-ISR tally, the other policies,
 //! sessions, listeners/alerts, snapshot/state rows, the sequencer, decode.
-//! Partitions are dense integer ids (`pid`) that the caller assigns.
+//! Partitions are dense integer ids (`pid`) that the caller assigns, or
+//! that `apply_file` assigns as it decodes JSON lines itself (serde_json).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::BufRead;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
@@ -508,6 +513,30 @@ impl Model {
     }
 }
 
+/// One JSON line of the per-partition grain, as `apply_file` reads it
+/// (unknown fields ignored; no contract validation).
+#[derive(serde::Deserialize)]
+struct JsonEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    ts: i64,
+    #[serde(borrow, default)]
+    cluster: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    topic: Cow<'a, str>,
+    partition: i64,
+    leader: i32,
+    leader_epoch: i32,
+    replica: Option<i32>,
+    fetch_offset: Option<i64>,
+    leader_leo: Option<i64>,
+    received_ts: Option<i64>,
+    replicas: Option<Vec<i32>>,
+    isr: Option<Vec<i32>>,
+    leader_epoch_start_offset: Option<i64>,
+    hw: Option<i64>,
+}
+
 fn column<'a>(buf: &'a PyBuffer<i64>, py: Python<'a>, n: usize, name: &str) -> PyResult<&'a [pyo3::buffer::ReadOnlyCell<i64>]> {
     let s = buf.as_slice(py).ok_or_else(|| PyValueError::new_err(format!("{name}: not a contiguous int64 buffer")))?;
     if s.len() != n {
@@ -580,6 +609,58 @@ impl Model {
             }
         }
         Ok(())
+    }
+
+    /// A whole file of JSON lines decoded here (serde_json) and applied:
+    /// (the last ts, the (cluster, topic, partition) of each pid).
+    fn apply_file(&mut self, path: &str) -> PyResult<(i64, Vec<(String, String, i64)>)> {
+        let bad = |e: String| PyValueError::new_err(e);
+        let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+        let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+        let mut pids: HashMap<String, u32> = HashMap::new();
+        let mut keys: Vec<(String, String, i64)> = Vec::new();
+        let (mut line, mut key, mut max_ts) = (Vec::new(), String::new(), i64::MIN);
+        loop {
+            line.clear();
+            if reader.read_until(b'\n', &mut line).map_err(|e| bad(e.to_string()))? == 0 {
+                break;
+            }
+            let e: JsonEvent = serde_json::from_slice(&line).map_err(|e| bad(e.to_string()))?;
+            let cluster = e.cluster.as_deref().unwrap_or("default");
+            key.clear();
+            key.push_str(cluster);
+            key.push('\0');
+            key.push_str(&e.topic);
+            key.push('\0');
+            key.push_str(&e.partition.to_string());
+            let pid = match pids.get(key.as_str()) {
+                Some(&p) => p,
+                None => {
+                    let p = keys.len() as u32;
+                    pids.insert(key.clone(), p);
+                    keys.push((cluster.to_string(), e.topic.to_string(), e.partition));
+                    p
+                }
+            };
+            max_ts = max_ts.max(e.ts);
+            let need = |v: Option<i64>, name: &str| v.ok_or_else(|| bad(format!("{} event without {name}", e.kind)));
+            match e.kind.as_ref() {
+                "fetch" => self.on_fetch(
+                    e.ts, pid, e.replica.ok_or_else(|| bad("fetch without replica".into()))?, e.leader,
+                    e.leader_epoch, e.received_ts.unwrap_or(e.ts), need(e.fetch_offset, "fetch_offset")?,
+                    need(e.leader_leo, "leader_leo")?),
+                "append" => self.on_append(e.ts, pid, e.leader, e.leader_epoch, need(e.leader_leo, "leader_leo")?),
+                "leader" => {
+                    let replicas = e.replicas.as_deref().unwrap_or(&[]);
+                    let isr = e.isr.as_deref().unwrap_or(&[]);
+                    self.on_leader(e.ts, pid, e.leader, e.leader_epoch,
+                                   need(e.leader_epoch_start_offset, "leader_epoch_start_offset")?,
+                                   e.hw.unwrap_or(NO_HW), replicas, isr);
+                }
+                other => return Err(bad(format!("{other}: not in this prototype"))),
+            }
+        }
+        Ok((max_ts, keys))
     }
 
     /// The checks of every partition up to `until` (inclusive): the end of the input.
