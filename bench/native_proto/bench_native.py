@@ -311,7 +311,7 @@ def parent(args) -> None:
                     print(first_difference(os.path.join(args.work, f"{name}.python.pkl"),
                                            os.path.join(args.work, f"{name}.{stage}.pkl")))
             print(f"{stage:15} {med:8.3f} {min(secs):8.3f} {max(secs):8.3f} {n / med:12,.0f} "
-                  f"{py / med if py else 0:9.2f} {ref / med if ref else 0:11.2f} "
+                  f"{f'{py / med:.2f}' if py else '-':>9} {f'{ref / med:.2f}' if ref else '-':>11} "
                   f"{runs[0]['count']:9,} {same}")
         for stage in ("rust-batch", "rust-file", "rust-json"):
             if stage in results:
