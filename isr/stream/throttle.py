@@ -21,12 +21,15 @@ ends with every partition's state (the operator's end of input), and `flush`
 sends every pending one (the last batch of `--available-now`).
 
 The metrics are fed apart from this (operator.py, `metrics_keys`), never
-from the throttled records: every touched partition whose membership or
-offsets (`shown`) differ from what the metrics were last sent, every one
-whose followers are not all quiet (`quiet`: a lag or time since caught up
-that grows), and the other (quiet) touched partitions once per
-`metrics_interval_ms` (metrics.refresh_interval_ms) of watermark each,
-spread over the interval by partition (`refresh_due`). With
+from the throttled records: every touched partition whose `health`
+(membership and what the health flags are computed from) differs from
+what the metrics were last sent, at once; the busy ones, whose offsets
+(`shown`) differ from those last sent or whose followers are not all quiet
+(`quiet`: a lag or time since caught up that grows), once per
+`busy_interval_ms` (metrics.busy_refresh_interval_ms; 0: every batch) each
+(`busy_due`); and the other (quiet) touched partitions once per
+`metrics_interval_ms` (metrics.refresh_interval_ms) of watermark each;
+both spread over their interval by partition (phase_of). With
 `metrics_interval_ms` 0, every touched partition, every batch.
 
 A partition is touched in a batch when an event, an ISR change, a broker
@@ -420,7 +423,17 @@ class StateThrottle(Listener):
                 phase_of[key] = phase = self._phase_of(key)
                 added.append((phase, key))
         self._phased_new = []
-        pairs = sorted([*zip(self._phases, self._phased), *added])
+        phases, phased = self._phases, self._phased
+        if len(added) * 32 < len(phases):
+            # A few (most batches): each put in its place, not the whole
+            # index sorted again (in the order the sort gives: phase, key).
+            for phase, key in added:
+                lo, hi = bisect.bisect_left(phases, phase), bisect.bisect_right(phases, phase)
+                at = lo + bisect.bisect_left(phased[lo:hi], key)
+                phases.insert(at, phase)
+                phased.insert(at, key)
+            return
+        pairs = sorted([*zip(phases, phased), *added])
         self._phases = [phase for phase, _key in pairs]
         self._phased = [key for _phase, key in pairs]
 
