@@ -656,7 +656,7 @@ class StateThrottle(Listener):
         partitions that became pending and those no longer pending, and the
         `sent` entries changed. Not every pending one (nearly every
         partition, each fetched every batch): sorting and writing those cost
-        ~80 ms a bucket call at 50 k partitions a bucket, whatever the
+        ~25 ms a bucket call at 50 k partitions a bucket, whatever the
         batch held (issue 23, branch `callfix`)."""
         changed, self.sent_changed = self.sent_changed, set()
         sent, pending, saved = self.sent, self.pending, self._pending_saved
