@@ -118,9 +118,11 @@ def main() -> None:
     packers = [Packer(labels, monitor.max_future_ms) for _ in parts]
     end_packer = Packer(labels, monitor.max_future_ms)
     refresh = getattr(settings.metrics, "refresh_interval_ms", None)  # (not in older trees)
+    busy = getattr(settings.metrics, "busy_refresh_interval_ms", None)  # (nor this)
     processor = BucketProcessor(monitor, settings.output.state_interval_ms,
                                 settings.metrics.enabled and settings.metrics.per_partition,
-                                *([] if refresh is None else [refresh]))
+                                *([] if refresh is None else [refresh]),
+                                *([] if busy is None else [busy]))
     states = [FakeState() for _ in labels]
     digest = hashlib.md5()
     decisions = hashlib.md5()  # every record but partition_metrics

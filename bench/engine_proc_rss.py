@@ -30,7 +30,8 @@ settings = load_settings(None, ['monitor.policy=["kafka"]', "monitor.alerts.enab
 monitor = settings.monitor
 settings_json = json.dumps([monitor.model_dump_json(), settings.output.state_interval_ms,
                             settings.metrics.enabled and settings.metrics.per_partition,
-                            settings.metrics.refresh_interval_ms])
+                            settings.metrics.refresh_interval_ms,
+                            settings.metrics.busy_refresh_interval_ms])
 parts = [[] for _ in range(args.input_partitions)]
 for line in open(args.file, "rb"):
     line = line.rstrip(b"\r\n")

@@ -353,6 +353,14 @@ class MetricsSettings(_Section):
     # fetching, every micro-batch (docs/operations.md). 0: every partition a
     # batch touched, every batch.
     refresh_interval_ms: Annotated[int, Field(ge=0)] = 30_000
+    # A busy partition whose health did not change (the same leader, epoch,
+    # replicas, ISR and min ISR: its offsets, lags or times since caught up
+    # moved) reaches the per-partition series once per this much event
+    # time, at its own phase; a change of health at once, and the cluster
+    # counts stay exact (docs/operations.md). 0: every micro-batch. Applies
+    # while refresh_interval_ms > 0, and at most that (a busy partition is
+    # never refreshed more rarely than a quiet one).
+    busy_refresh_interval_ms: Annotated[int, Field(ge=0)] = 5_000
 
     @model_validator(mode="after")
     def _pairs(self):

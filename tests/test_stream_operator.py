@@ -605,6 +605,66 @@ def test_the_metrics_get_changed_and_at_risk_partitions_not_quiet_session_fetche
     assert counts == {"isr_under_replicated_partitions": 1}
 
 
+def test_a_busy_partition_goes_to_the_metrics_once_per_busy_interval_its_health_at_once():
+    """metrics.busy_refresh_interval_ms 10 s, batches of 2 s: partition 1,
+    produced to while its follower stays at offset 0 (its lag and time since
+    caught up grow every batch), is sent once per 10 s of watermark (every
+    batch before) until its follower leaves the ISR, which goes at once;
+    after every batch the sink's cluster counts and membership series are
+    those of the job that sends every touched partition, and its offsets
+    and lags trail them only between two of its sends."""
+    from isr.config import MetricsSettings
+    from isr.sinks.prometheus import Metrics
+
+    busy = BucketProcessor(MONITOR, partition_metrics=True, metrics_refresh_ms=10**9,
+                           metrics_busy_refresh_ms=10_000)
+    every = BucketProcessor(MONITOR, partition_metrics=True)  # refresh 0: every batch
+    runs = [(p, p.restore(None), Metrics(MetricsSettings())) for p in (busy, every)]
+
+    def fetches(start, epoch, listed=None):
+        return [session_event(start + 500 * i, 7, epoch + i, listed if i == 0 and listed else {})
+                for i in range(4)]
+
+    batches = [[leader(0, replicas=[1, 2], isr=[1, 2], partition=q) for q in range(3)]
+               + fetches(100, 0, {q: 0 for q in range(3)})]
+    batches += [[append(2000 * k + 100, 10 * k, partition=1)] + fetches(2000 * k, 4 * k)
+                for k in range(1, 25)]  # (the shrink: at the check of 45 s)
+    trailing = ("isr_partition_high_watermark", "isr_partition_leader_log_end_offset",
+                "isr_follower_lag_seconds", "isr_follower_time_since_caught_up_seconds",
+                "isr_partition_state_timestamp_seconds")
+    sent_at, shrunk_at, offset = [], None, 0
+    for k, events in enumerate(batches):
+        series = []
+        for p, bucket, sink in runs:
+            out = process(p, bucket, [pack(events, first_offset=offset)])
+            sink.observe_records(out, now=1e9)
+            series.append({(smp.name, tuple(sorted(smp.labels.items()))): smp.value
+                           for fam in sink.registry.collect() for smp in fam.samples
+                           if smp.name.startswith(("isr_partition", "isr_follower", "isr_under",
+                                                   "isr_at_min", "isr_leader_only",
+                                                   "isr_offline"))})
+            if p is busy:
+                wm = bucket.watermark
+                states = [s for s in metrics_states(out) if s["partition"] == 1]
+                isr_changes = [c for c in of_kind(out, "isr_change") if c["partition"] == 1]
+        offset += len(events)
+        exact = [{key: v for key, v in run.items() if key[0] not in trailing} for run in series]
+        assert exact[0] == exact[1], k  # counts and membership: exact every batch
+        if isr_changes:
+            assert shrunk_at is None and states  # the shrink goes at once
+            shrunk_at = wm
+        elif states and k > 0:
+            sent_at.append(wm)
+        if states or k == 0:
+            one = [key for key in series[1] if ("partition", "1") in key[1]
+                   and key[0] != "isr_follower_time_since_caught_up_seconds"]
+            assert {key: series[0][key] for key in one} == {key: series[1][key] for key in one}
+    assert shrunk_at is not None
+    # every 10 s of watermark between the first append and the shrink, not every batch
+    assert len(sent_at) >= 2 and all(b - a == 10_000 for a, b in zip(sent_at, sent_at[1:]))
+    assert sent_at[0] < T0 + 2600 + 10_000
+
+
 def test_the_metrics_look_only_at_partitions_changed_or_whose_session_lapsed_or_forgot(
         monkeypatch):
     """refresh 10⁹ ms, RF 3, one session per follower: a batch of session
@@ -683,6 +743,72 @@ def test_a_partition_a_session_forgets_goes_to_the_metrics_though_not_changed():
     assert batch(fetched(1100, 2), 2000) == []
     assert batch(fetched(2100, 3, forgotten=[0]), 3000) == [0]
     assert batch(fetched(3100, 4), 4000) == [0]  # (sent while 2 does not fetch it)
+
+
+def test_a_busy_partition_left_out_goes_at_its_instant_though_nothing_touches_it_again():
+    """busy interval 10 s: partition 1 (follower 3, its own session) is
+    produced to in a batch, whose metrics leave it out (its health stands);
+    its session then stops fetching and nothing reaches it again, and it
+    still goes, once, in the batch whose watermark reaches its instant."""
+    touched = StateThrottle(0, 10**9, 10_000)
+    engine = LocalEngine(MonitorSettings(), listeners=[touched], external_watermark=True)
+    seq = iter(range(1000))
+
+    def models_of(key):
+        return [parts[key] for parts in engine.partitions.values() if key in parts]
+
+    def batch(events, watermark):
+        touched.begin(engine.sequencer.watermark)
+        for ev in events:
+            engine.submit(ev, next(seq))
+        engine.advance_watermark(T0 + watermark)
+        keys = touched.take_touched()
+        return [key[2] for key in touched.metrics_keys(
+            keys, models_of, T0 + watermark, engine.session_driver.sessions.by_sid)]
+
+    def fetched(t, epoch, replicas=(2, 3), listed=False):
+        return [session_event(t, 5 + r, epoch, {r - 2: 0} if listed else {}, replica=r)
+                for r in replicas]
+
+    parts = [leader(0, replicas=[1, 2], isr=[1, 2], partition=0),
+             leader(0, replicas=[1, 3], isr=[1, 3], partition=1)]
+    assert batch(parts + fetched(100, 0, listed=True) + fetched(600, 1), 1000) == [0, 1]
+    assert batch(fetched(1100, 2), 2000) == []
+    assert batch([append(2050, 5, partition=1)] + fetched(2100, 3), 3000) == []  # left out
+    sent = [w for w in range(4000, 15000, 1000) if 1 in batch(fetched(w - 900, w // 1000,
+                                                                    replicas=(2,)), w)]
+    instant = next_instant(T0 + 3001, phase_of(("default", "orders", 1), 10_000), 10_000)
+    assert sent == [w for w in range(4000, 15000, 1000) if w - 1000 < instant - T0 <= w]
+
+
+def test_the_throttles_state_delta_lists_what_became_pending_or_not_not_every_pending_one():
+    """A state delta (one per batch in the row's log) lists the partitions
+    that became pending and those that stopped being pending since the last
+    delta or snapshot, not all 1,000 pending ones; applied in order after
+    the snapshot (through JSON, as the row holds them) they give the
+    pending set as it stands; a delta of the list form (engine state 4) is
+    still read."""
+    import orjson
+
+    keys = [("c", "t", q) for q in range(1000)]
+    live = StateThrottle(10_000)
+    live.pending = set(keys)
+    saved = orjson.loads(orjson.dumps(live.to_state()))  # the snapshot
+    live.pending.discard(keys[3])
+    live.pending.add(("c", "t", 1000))
+    first = orjson.loads(orjson.dumps(live.state_delta()))
+    assert first["pending_added"] == [["c", "t", 1000]]
+    assert first["pending_removed"] == [["c", "t", 3]]
+    live.pending -= set(keys[10:20])
+    second = orjson.loads(orjson.dumps(live.state_delta()))
+    assert second["pending_added"] == [] and len(second["pending_removed"]) == 10
+    restored = StateThrottle(10_000)
+    restored.from_state(saved)
+    restored.apply_state_delta(first)
+    restored.apply_state_delta(second)
+    assert restored.pending == live.pending
+    restored.apply_state_delta([[list(k) for k in keys[:5]], []])  # engine state 4's form
+    assert restored.pending == set(keys[:5])
 
 
 def test_a_quiet_partition_is_refreshed_once_per_interval_spread_over_the_batches():

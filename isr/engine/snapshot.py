@@ -23,12 +23,15 @@ from isr.model.brokers import Brokers
 from isr.model.partition import PartitionModel
 
 # 3: listeners' states by name; 4: a delta's sessions as patches, a
-# session's log as columns (isr/model/session.py, log_columns).
-VERSION = 4
+# session's log as columns (isr/model/session.py, log_columns); 5: a delta's
+# partition_state throttle lists the partitions that became pending and
+# those no longer pending, not every pending one (isr/stream/throttle.py,
+# state_delta; an older reader refuses it with one line).
+VERSION = 5
 # The versions restore and apply_delta read: 3 is a checkpoint of state
 # layout 1 or 2, migrated (isr/stream/statelog.py): its sessions' logs are
 # one list per entry, and its deltas hold each changed session whole.
-READS = (3, 4)
+READS = (3, 4, 5)
 
 
 # A snapshot or a delta as restore and apply_delta take it: its JSON bytes,

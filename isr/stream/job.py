@@ -362,8 +362,9 @@ def decisions_stream(packed_df, settings: Settings, partition_metrics: bool = Fa
                      checkpoint: str = ""):
     """The buckets over packed rows (PACKED_SCHEMA). `partition_metrics`: they
     also report partitions' states for the metrics (records.PARTITION_METRICS:
-    the changed ones, those whose followers' times grow, the quiet ones once
-    per metrics.refresh_interval_ms). `checkpoint`: the query's, which keys the
+    those whose health changed, the busy ones once per
+    metrics.busy_refresh_interval_ms, the quiet ones once per
+    metrics.refresh_interval_ms). `checkpoint`: the query's, which keys the
     workers' engine cache (statelog.py)."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -371,7 +372,8 @@ def decisions_stream(packed_df, settings: Settings, partition_metrics: bool = Fa
         make_state_function(settings.monitor, bucket_labels(settings.stream.state_buckets),
                             settings.output.state_interval_ms, partition_metrics,
                             identity=checkpoint,
-                            metrics_refresh_ms=settings.metrics.refresh_interval_ms),
+                            metrics_refresh_ms=settings.metrics.refresh_interval_ms,
+                            metrics_busy_refresh_ms=settings.metrics.busy_refresh_interval_ms),
         SPARK_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
 
 

@@ -103,18 +103,22 @@ class BucketProcessor:
     it can be tested and benchmarked on its own."""
 
     def __init__(self, monitor: MonitorSettings, state_interval_ms: int = 0,
-                 partition_metrics: bool = False, metrics_refresh_ms: int = 0) -> None:
+                 partition_metrics: bool = False, metrics_refresh_ms: int = 0,
+                 metrics_busy_refresh_ms: int = 0) -> None:
         """`state_interval_ms`: output.state_interval_ms (throttle.py);
         `partition_metrics`: also report partitions' states to the metrics
-        each batch, in one record per bucket: every changed one, every one
-        whose followers' times grow, the quiet ones once per
-        `metrics_refresh_ms` (metrics.refresh_interval_ms; 0: every touched
-        one every batch; StateThrottle.metrics_keys)."""
+        each batch, in one record per bucket: every one whose health
+        changed, the others whose offsets or followers' times move once per
+        `metrics_busy_refresh_ms` (metrics.busy_refresh_interval_ms; 0:
+        every batch), the quiet ones once per `metrics_refresh_ms`
+        (metrics.refresh_interval_ms; 0: every touched one every batch;
+        StateThrottle.metrics_keys)."""
         self.monitor = monitor
         self.several = len(monitor.policy) > 1
         self.state_interval_ms = state_interval_ms
         self.partition_metrics = partition_metrics
         self.metrics_refresh_ms = metrics_refresh_ms
+        self.metrics_busy_refresh_ms = metrics_busy_refresh_ms
 
     def restore(self, blob: Optional[bytes], layout: Optional[tuple[int, int]] = None,
                 snapshot_blob: Optional[snapshot.State] = None) -> Bucket:
@@ -122,7 +126,8 @@ class BucketProcessor:
         `snapshot_blob`, an engine snapshot without its queue, as bytes or as
         snapshot.fold_log decoded it). `layout`
         (index, buckets) must be the one the state was saved with."""
-        touched = StateThrottle(self.state_interval_ms, self.metrics_refresh_ms)
+        touched = StateThrottle(self.state_interval_ms, self.metrics_refresh_ms,
+                                self.metrics_busy_refresh_ms)
         listeners = standard_listeners(self.monitor, propagation=False) + [touched]
         if blob is None and snapshot_blob is not None:
             try:
@@ -411,13 +416,14 @@ def bucket_summary(engine: LocalEngine) -> dict:
 
 def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
                         state_interval_ms: int = 0, partition_metrics: bool = False,
-                        identity: str = "", metrics_refresh_ms: int = 0):
+                        identity: str = "", metrics_refresh_ms: int = 0,
+                        metrics_busy_refresh_ms: int = 0):
     """The function for applyInPandasWithState, grouped by bucket label
     (the other arguments: BucketProcessor's). `identity`: the query's
     (its checkpoint), so that the workers' engine cache (statelog.py) keeps
     two queries' buckets apart."""
     settings_json = json.dumps([monitor.model_dump_json(), state_interval_ms, partition_metrics,
-                                metrics_refresh_ms])
+                                metrics_refresh_ms, metrics_busy_refresh_ms])
     index_of = {label: i for i, label in enumerate(labels)}
 
     def process_bucket(key, pdfs: Iterator, state) -> Iterator:
@@ -514,8 +520,9 @@ def _processor(settings_json: str) -> BucketProcessor:
     """One processor per Python worker and configuration (validated once)."""
     p = _PROCESSORS.get(settings_json)
     if p is None:
-        monitor, state_interval_ms, partition_metrics, refresh_ms = json.loads(settings_json)
+        # (the refresh intervals last, each 0 where left out)
+        monitor, state_interval_ms, partition_metrics, *refresh_ms = json.loads(settings_json)
         p = _PROCESSORS[settings_json] = BucketProcessor(
             MonitorSettings.model_validate_json(monitor), state_interval_ms, partition_metrics,
-            refresh_ms)
+            *refresh_ms)
     return p

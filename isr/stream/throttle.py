@@ -21,12 +21,15 @@ ends with every partition's state (the operator's end of input), and `flush`
 sends every pending one (the last batch of `--available-now`).
 
 The metrics are fed apart from this (operator.py, `metrics_keys`), never
-from the throttled records: every touched partition whose membership or
-offsets (`shown`) differ from what the metrics were last sent, every one
-whose followers are not all quiet (`quiet`: a lag or time since caught up
-that grows), and the other (quiet) touched partitions once per
-`metrics_interval_ms` (metrics.refresh_interval_ms) of watermark each,
-spread over the interval by partition (`refresh_due`). With
+from the throttled records: every touched partition whose `health`
+(membership and what the health flags are computed from) differs from
+what the metrics were last sent, at once; the busy ones, whose offsets
+(`shown`) differ from those last sent or whose followers are not all quiet
+(`quiet`: a lag or time since caught up that grows), once per
+`busy_interval_ms` (metrics.busy_refresh_interval_ms; 0: every batch) each
+(`busy_due`); and the other (quiet) touched partitions once per
+`metrics_interval_ms` (metrics.refresh_interval_ms) of watermark each;
+both spread over their interval by partition (phase_of). With
 `metrics_interval_ms` 0, every touched partition, every batch.
 
 A partition is touched in a batch when an event, an ISR change, a broker
@@ -109,21 +112,65 @@ def quiet(m, sessions: set) -> bool:
 
 def shown(m, sessions: set) -> tuple:
     """What the metrics show of model `m` that moves only with its state,
-    not with time (docs/operations.md): leader, epoch, replicas, ISR, HW,
-    leader LEO, min ISR, each follower's LEO, and whether it is `quiet`
-    (last)."""
-    return (m.leader, m.leader_epoch, tuple(m.replicas), tuple(m.isr), m.hw, m.leader_leo,
-            m.min_isr, tuple([(r, f.leo) for r, f in m.followers.items()]), quiet(m, sessions))
+    not with time (docs/operations.md): its `health` (first), HW, leader
+    LEO, each follower's LEO, and whether it is `quiet` (last)."""
+    return (health(m), m.hw, m.leader_leo, tuple([(r, f.leo) for r, f in m.followers.items()]),
+            quiet(m, sessions))
+
+
+def health(m) -> tuple:
+    """A partition's membership and what its health flags are computed
+    from (leader, epoch, replicas, ISR, min ISR): the same health, the same
+    under-replicated, under-min-ISR, at-min-ISR, leader-only and offline
+    flags, hence the same cluster counts (sinks/prometheus.py _flags)."""
+    return (m.leader, m.leader_epoch, tuple(m.replicas), tuple(m.isr), m.min_isr)
+
+
+def _phase_ranges(interval: int, began: int, now: int):
+    """The phases (phase_of in `interval`) whose instant the watermark
+    passed from `began` to `now`: an instant t in (began, now] with
+    (t + phase) % interval == 0, so the phases -t mod interval, one range
+    (two, wrapped around), as (low, high) pairs; None: every phase."""
+    span = now - began
+    if span <= 0:
+        return []
+    if span >= interval:
+        return None
+    low = -now % interval
+    high = low + span - 1
+    ranges = [(low, min(high, interval - 1))]
+    if high >= interval:
+        ranges.append((0, high - interval))
+    return ranges
+
+
+def _same_health(before: list, now: list) -> bool:
+    """Whether a partition's models' `shown` values `before` and `now` have
+    the same `health` (the first of each)."""
+    return len(before) == len(now) and all(b[0] == n[0] for b, n in zip(before, now))
 
 
 class StateThrottle(Listener):
     name = "partition_state"
 
-    def __init__(self, interval_ms: int = 0, metrics_interval_ms: int = 0) -> None:
+    def __init__(self, interval_ms: int = 0, metrics_interval_ms: int = 0,
+                 busy_interval_ms: int = 0) -> None:
         self.interval_ms = interval_ms
         # metrics.refresh_interval_ms: a quiet partition's state goes to the
         # metrics once per this much watermark (metrics_keys; 0: every batch).
         self.metrics_interval_ms = metrics_interval_ms
+        # metrics.busy_refresh_interval_ms: a partition whose offsets or lag
+        # moved but whose `health` did not goes to the metrics once per this
+        # much watermark (metrics_keys; 0: every batch); never more rarely
+        # than a quiet one (so within metrics.series_ttl_s too).
+        self.busy_interval_ms = min(busy_interval_ms, metrics_interval_ms)
+        self._busy_phase: dict[tuple, int] = {}  # each busy partition's phase (busy_due)
+        # The busy partitions left out so far (metrics_keys), touched or not
+        # since: each looked at again when its health may have moved or its
+        # busy instant comes, so none trails by more than the busy interval.
+        # Worker-local, as `shown`; after a restore every one is looked at.
+        self.busy_waiting: set = set()
+        self._waiting_unsure = False
         self.pending: set[tuple] = set()  # (cluster, topic, partition)
         self.touched: set[tuple] = set()  # changed in this batch (for the metrics)
         # (policy, cluster, topic, partition) -> [the watermark its interval
@@ -131,6 +178,9 @@ class StateThrottle(Listener):
         # time, the partition's instant it went out at: `_due`), membership]
         self.sent: dict[tuple, list] = {}
         self.sent_changed: set[tuple] = set()  # keys of `sent` since the last state_delta
+        # The pending set as the state row holds it (its snapshot and deltas
+        # so far): what state_delta writes the changes from.
+        self._pending_saved: set[tuple] = set()
         # The batch's first watermark (begin): a fetch before it is an earlier
         # batch's, applied late by a lazy catch-up (and after take_touched,
         # every fetch is the batch's, counted already).
@@ -260,19 +310,42 @@ class StateThrottle(Listener):
         `sessions`: the engine's fetch sessions by serial
         (SessionDriver.sessions.by_sid); with them only the candidates are
         looked at (`_metrics_candidates`), else every touched partition."""
+        waiting = self.busy_waiting
         if self.metrics_interval_ms <= 0 or not self.fetched_sids:
             self.shown.clear()  # (every touched one is sent: nothing to compare with)
             self.quiet_keys.clear()
-            return sorted(touched)
+            keys = touched | waiting if waiting else touched
+            waiting.clear()
+            return sorted(keys)
         if sessions is not None:
             touched = self._metrics_candidates(touched, sessions, now)
+        if waiting:
+            touched = (touched - waiting) | self._waiting_due(now)
         sids, began, last, quiet_keys = self.fetched_sids, self.began, self.shown, self.quiet_keys
+        busy = self.busy_interval_ms > 0
         out = []
         for key in sorted(touched):
             models = list(models_of(key))
             now_shown = [shown(m, sids) for m in models]
             all_quiet = all(q for *_, q in now_shown)
-            if last.get(key) != now_shown or not all_quiet or self.refresh_due(key, began, now):
+            before = last.get(key)
+            if before == now_shown and all_quiet:
+                send = self.refresh_due(key, began, now)
+                if not send and key in waiting:  # back to what was last sent: quiet again
+                    waiting.discard(key)
+                    quiet_keys.add(key)
+            elif busy and before is not None and _same_health(before, now_shown):
+                # Only offsets, lags or times moved: at the partition's own
+                # instant of the busy interval. Until it goes it is looked at
+                # every batch (not quiet as last sent: _metrics_candidates).
+                send = self.busy_due(key, began, now)
+                if not send:
+                    quiet_keys.discard(key)
+                    waiting.add(key)
+            else:
+                send = True
+            if send:
+                waiting.discard(key)
                 last[key] = now_shown
                 if all_quiet:
                     quiet_keys.add(key)
@@ -303,6 +376,32 @@ class StateThrottle(Listener):
         out.update(self._refreshes_due(now))
         return out & touched
 
+    def _waiting_due(self, now: int) -> set:
+        """The busy partitions left out (`busy_waiting`) metrics_keys looks at
+        now: those whose health may have moved (membership_may_move, an ISR
+        change, a broker event: `moved`, as `due` reads it) and those whose
+        busy instant the watermark passed (busy_due); all of them after a
+        restore (models changed elsewhere). The others have the health they
+        were last sent with, and their offsets and lags wait."""
+        waiting = self.busy_waiting
+        if self._waiting_unsure:
+            self._waiting_unsure = False
+            return set(waiting)
+        out = waiting & (self.moved | self._moving)
+        ranges = _phase_ranges(self.busy_interval_ms, self.began, now)
+        if ranges is None:
+            return set(waiting)
+        if ranges:
+            phase, busy_phase, interval = self._busy_phase, phase_of, self.busy_interval_ms
+            for key in waiting:
+                at = phase.get(key)
+                if at is None:
+                    at = phase[key] = busy_phase(key, interval)
+                for lo, hi in ranges:
+                    if lo <= at <= hi:
+                        out.add(key)
+        return out
+
     def _refreshes_due(self, now: int) -> list:
         """The quiet partitions whose phase the watermark passed from `began`
         to `now` (refresh_due), from the phase index: a refresh due at
@@ -310,17 +409,10 @@ class StateThrottle(Listener):
         -t mod interval, one range (two, wrapped around)."""
         if self._phased_new:
             self._index_phases()
-        interval, span = self.metrics_interval_ms, now - self.began
         phases, phased = self._phases, self._phased
-        if span <= 0:
-            return []
-        if span >= interval:
+        ranges = _phase_ranges(self.metrics_interval_ms, self.began, now)
+        if ranges is None:
             return phased
-        low = -now % interval
-        high = low + span - 1
-        ranges = [(low, min(high, interval - 1))]
-        if high >= interval:
-            ranges.append((0, high - interval))
         out = []
         for lo, hi in ranges:
             out.extend(phased[bisect.bisect_left(phases, lo):bisect.bisect_right(phases, hi)])
@@ -334,7 +426,17 @@ class StateThrottle(Listener):
                 phase_of[key] = phase = self._phase_of(key)
                 added.append((phase, key))
         self._phased_new = []
-        pairs = sorted([*zip(self._phases, self._phased), *added])
+        phases, phased = self._phases, self._phased
+        if len(added) * 32 < len(phases):
+            # A few (most batches): each put in its place, not the whole
+            # index sorted again (in the order the sort gives: phase, key).
+            for phase, key in added:
+                lo, hi = bisect.bisect_left(phases, phase), bisect.bisect_right(phases, phase)
+                at = lo + bisect.bisect_left(phased[lo:hi], key)
+                phases.insert(at, phase)
+                phased.insert(at, key)
+            return
+        pairs = sorted([*zip(phases, phased), *added])
         self._phases = [phase for phase, _key in pairs]
         self._phased = [key for _phase, key in pairs]
 
@@ -354,6 +456,18 @@ class StateThrottle(Listener):
         if now <= began:
             return False
         return next_instant(began + 1, self._phase_of(key), self.metrics_interval_ms) <= now
+
+    def busy_due(self, key: tuple, began: int, now: int) -> bool:
+        """Whether a busy partition's state (its health as last sent, its
+        offsets, lags or times moved) is due at the metrics: once per
+        `busy_interval_ms` of watermark, at its own instant in that interval
+        (phase_of), as `refresh_due` for the quiet ones."""
+        if now <= began:
+            return False
+        phase = self._busy_phase.get(key)
+        if phase is None:
+            phase = self._busy_phase[key] = phase_of(key, self.busy_interval_ms)
+        return next_instant(began + 1, phase, self.busy_interval_ms) <= now
 
     def due(self, models_of, now: int, flush: bool = False, current=None) -> list:
         """The models whose partition_state goes out now (`models_of(key)`:
@@ -477,6 +591,7 @@ class StateThrottle(Listener):
         self._clear_index()
         self._indexed = False
         self.quiet_keys.clear()
+        self._waiting_unsure = True
 
     def _clear_index(self) -> None:
         self._overdue.clear()
@@ -526,26 +641,45 @@ class StateThrottle(Listener):
             self.sent_changed.add(key)
 
     def to_state(self) -> list:
+        self._pending_saved = set(self.pending)
         return [sorted(self.pending), [[*k, *v] for k, v in sorted(self.sent.items())]]
 
     def from_state(self, state: list) -> None:
         pending, sent = state
         self.pending = {tuple(k) for k in pending}
+        self._pending_saved = set(self.pending)
         self.sent = {tuple(row[:4]): [row[4], row[5]] for row in sent}
         self._restored()
 
-    def state_delta(self) -> list:
-        """The pending partitions and the `sent` entries changed since the last call."""
+    def state_delta(self) -> dict:
+        """The changes since the last call (or the last to_state): the
+        partitions that became pending and those no longer pending, and the
+        `sent` entries changed. Not every pending one (nearly every
+        partition, each fetched every batch): sorting and writing those cost
+        ~25 ms a bucket call at 50 k partitions a bucket, whatever the
+        batch held (issue 23, branch `callfix`)."""
         changed, self.sent_changed = self.sent_changed, set()
-        sent = self.sent
-        return [sorted(self.pending), [[*k, *sent[k]] for k in sorted(changed)]]
+        sent, pending, saved = self.sent, self.pending, self._pending_saved
+        self._pending_saved = set(pending)
+        return {"pending_added": sorted(pending - saved),
+                "pending_removed": sorted(saved - pending),
+                "sent": [[*k, *sent[k]] for k in sorted(changed)]}
 
     def clear_state_delta(self) -> None:
         self.sent_changed = set()
+        self._pending_saved = set(self.pending)
 
-    def apply_state_delta(self, delta: list) -> None:
-        pending, sent = delta
-        self.pending = {tuple(k) for k in pending}
+    def apply_state_delta(self, delta) -> None:
+        """A state_delta; or one of engine state version 3 or 4, a list:
+        [every pending partition, the `sent` entries changed]."""
+        if isinstance(delta, dict):
+            self.pending.difference_update([tuple(k) for k in delta["pending_removed"]])
+            self.pending.update([tuple(k) for k in delta["pending_added"]])
+            sent = delta["sent"]
+        else:
+            pending, sent = delta
+            self.pending = {tuple(k) for k in pending}
         for row in sent:
             self.sent[tuple(row[:4])] = [row[4], row[5]]
+        self._pending_saved = set(self.pending)
         self._restored()
