@@ -62,9 +62,15 @@ and a topic already holding the file is not written again;
     ... bench/bench_realistic_run.py stop
 
 `latency` mode: the file is fed at real-time pace with every ts shifted to
-the wall clock (ts + (now at the start - the file's first ts)) while the job
-runs continuously (trigger_interval 0); for each isr_change the time from its
-ts to its arrival in the changes topic: p50 / p99.
+the wall clock while the job runs continuously (trigger_interval 0); for
+each isr_change the time from its ts to its arrival in the changes topic:
+p50 / p99. The shift is a whole number of isr-expiration periods (the
+feed's start waits up to one period): the checks run at multiples of the
+period (isr/model/rules.py `ceil_to`), so any other shift moves them
+against the file's events and gives other decisions than the file's
+replay (a stall's shrinks fall between two checks or not: 201 or 465
+changes at 20 k, docs/benchmarks.md, 2026-11-28 evening). The changes
+that arrived are then compared with the replay's (--replay-out), shifted.
 """
 
 from __future__ import annotations
@@ -88,6 +94,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from cputime import _parents, _stats  # noqa: E402
 
 from isr.contract.events import routing_key  # noqa: E402
+from isr.model.rules import ceil_to  # noqa: E402
 from isr.sinks.progress import input_records  # noqa: E402
 from isr.stream.running import descendants  # noqa: E402
 
@@ -724,12 +731,13 @@ def latency(args) -> None:
     cpu0 = w.samples[-1][1] if w.samples else 0.0
     kafka_cpu0 = kafka_cpu(c)
     n = 0
+    period = check_period(args)
     with open(args.file, "rb") as f:
         for line in f:
             ev = orjson.loads(line)
             now_ms = time.time() * 1000
             if shift is None:
-                shift = int(now_ms) - ev["ts"]
+                shift = ceil_to(int(now_ms) - ev["ts"], period)
                 first_ts = ev["ts"] + shift
             ev["ts"] += shift
             wait = (ev["ts"] - time.time() * 1000) / 1000
@@ -772,6 +780,8 @@ def latency(args) -> None:
               f"{latencies[-1]:,.0f} ms (allowed lateness {args.lateness_note})")
     else:
         print("latency: no isr_change arrived")
+    if args.replay_out:
+        same_as_replay(args.replay_out, arrived, shift)
     print(f"latency: job CPU while fed and drained ({fed + args.drain:.0f} s wall): "
           f"{cpu1 - cpu0:.1f} CPU s = {(cpu1 - cpu0) / (fed + args.drain):.2f} cores busy; "
           f"Kafka {kafka_used:.1f} CPU s; peak RSS sum {mb(w.peak['sum'])} (JVM "
@@ -780,6 +790,31 @@ def latency(args) -> None:
     describe_cache(run_dir)
     if not args.keep:
         c.stop()
+
+
+def check_period(args) -> int:
+    """The isr-expiration period of the run's settings (its checks' spacing)."""
+    from isr.config import load_settings
+    from isr.model.rules import Rules
+
+    monitor = load_settings(None, [f'monitor.policy=["{args.policy}"]', *args.set]).monitor
+    return Rules.for_policy(args.policy, monitor.replica_lag_time_max_ms,
+                            monitor.isr_expiration_interval_ms).interval_ms
+
+
+def same_as_replay(replay_out: str, arrived: list[dict], shift: int) -> None:
+    """Print whether the changes that arrived are the file's replay's
+    (isr_change ids and decisions, ts shifted): the job ran the same rules
+    on the same events, so they must be, whatever the batches."""
+    def key(d: dict, moved: int = 0) -> tuple:
+        return (d["id"], d["ts"] + moved, d["action"], tuple(d["isr_after"]))
+
+    with open(replay_out, "rb") as f:
+        expected = sorted(key(d, shift) for d in map(orjson.loads, f)
+                          if d["type"] == "isr_change")
+    got = sorted(key(d) for d in arrived)
+    print(f"latency: isr_change records {'IDENTICAL to' if got == expected else 'DIFFERENT from'}"
+          f" the replay's ({len(got)} arrived, {len(expected)} in {replay_out})")
 
 
 def main() -> None:
