@@ -9,6 +9,7 @@ import os
 import pickle
 import zlib
 from collections import Counter
+from itertools import count
 
 import msgspec
 
@@ -711,15 +712,12 @@ def test_the_metrics_look_only_at_partitions_changed_or_whose_session_lapsed_or_
     assert looked_at[1] == []
 
 
-def test_a_partition_a_session_forgets_goes_to_the_metrics_though_not_changed():
-    """RF 3, one session per follower, refresh 10⁹ ms: when follower 2's
-    session forgets partition 0 in its first fetch of a batch (its earlier
-    fetch of 0, caught up then, is one of the batch before: nothing changed
-    in this one), partition 0, still fetched by 3's session, is sent: its
-    follower 2 no longer fetches it (on_unlink)."""
-    touched = StateThrottle(0, 10**9)
+def metrics_batches(touched: StateThrottle):
+    """A function that runs one batch of events through an engine with
+    `touched` as its listener, moves the watermark to T0 + its second
+    argument and returns the partitions the metrics are sent this batch."""
     engine = LocalEngine(MonitorSettings(), listeners=[touched], external_watermark=True)
-    seq = iter(range(100))
+    seq = count()
 
     def models_of(key):
         return [parts[key] for parts in engine.partitions.values() if key in parts]
@@ -732,6 +730,18 @@ def test_a_partition_a_session_forgets_goes_to_the_metrics_though_not_changed():
         keys = touched.take_touched()
         return [key[2] for key in touched.metrics_keys(
             keys, models_of, T0 + watermark, engine.session_driver.sessions.by_sid)]
+
+    return batch
+
+
+def test_a_partition_a_session_forgets_goes_to_the_metrics_though_not_changed():
+    """RF 3, one session per follower, refresh 10⁹ ms: when follower 2's
+    session forgets partition 0 in its first fetch of a batch (its earlier
+    fetch of 0, caught up then, is one of the batch before: nothing changed
+    in this one), partition 0, still fetched by 3's session, is sent: its
+    follower 2 no longer fetches it (on_unlink)."""
+    touched = StateThrottle(0, 10**9)
+    batch = metrics_batches(touched)
 
     def fetched(t, epoch, forgotten=(), listed=None):
         return [session_event(t, 5 + r, epoch, listed or {}, forgotten if r == 2 else (),
@@ -751,20 +761,7 @@ def test_a_busy_partition_left_out_goes_at_its_instant_though_nothing_touches_it
     its session then stops fetching and nothing reaches it again, and it
     still goes, once, in the batch whose watermark reaches its instant."""
     touched = StateThrottle(0, 10**9, 10_000)
-    engine = LocalEngine(MonitorSettings(), listeners=[touched], external_watermark=True)
-    seq = iter(range(1000))
-
-    def models_of(key):
-        return [parts[key] for parts in engine.partitions.values() if key in parts]
-
-    def batch(events, watermark):
-        touched.begin(engine.sequencer.watermark)
-        for ev in events:
-            engine.submit(ev, next(seq))
-        engine.advance_watermark(T0 + watermark)
-        keys = touched.take_touched()
-        return [key[2] for key in touched.metrics_keys(
-            keys, models_of, T0 + watermark, engine.session_driver.sessions.by_sid)]
+    batch = metrics_batches(touched)
 
     def fetched(t, epoch, replicas=(2, 3), listed=False):
         return [session_event(t, 5 + r, epoch, {r - 2: 0} if listed else {}, replica=r)
