@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from helpers import T0, append, leader
+from helpers import T0, append, leader, pure_only
 from strategies import event_streams
 
 from isr.config import MonitorSettings
@@ -197,6 +197,14 @@ def test_the_engine_reports_a_future_event_without_applying_it():
     assert engine.max_ts == T0
 
 
+def test_a_closed_engine_closes_twice():
+    engine = local_engine(_settings())
+    engine.apply_in_order([leader(T0), append(T0 + 1, 10)])
+    engine.close()
+    engine.close()  # a second close must not raise (it raised AttributeError)
+
+
+@pure_only  # (a weak reference to a compiled class)
 def test_a_closed_engine_is_freed_without_the_cyclic_gc_and_closes_twice():
     import gc
     import weakref
