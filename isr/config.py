@@ -62,10 +62,13 @@ def _matching(pattern: str, what: str):
 # Kafka's legal topic names (Topic.java: [a-zA-Z0-9._-], at most 249).
 TopicName = Annotated[str, _matching(r"[A-Za-z0-9._-]{1,249}", "a Kafka topic name (letters, "
                                      "digits, '.', '_' and '-', at most 249)")]
-# What Spark's Trigger.ProcessingTime reads: a number and a unit in words
-# ("soon-ish" once stopped a job that had started).
-Interval = Annotated[str, _matching(r"\s*\d+(\.\d+)?\s*(milliseconds?|seconds?|minutes?|hours?|"
-                                    r"days?)\s*", "an interval Spark reads, e.g. '1 second' or "
+# What Spark's Trigger.ProcessingTime reads (IntervalUtils.stringToInterval,
+# tried on Spark 4.x): a number, a space and a unit in words; a fraction only
+# of seconds ("soon-ish", "1second" and "1.5 minutes" once stopped a job
+# that had started, with Spark's traceback).
+Interval = Annotated[str, _matching(r"\s*(\d+\s+(milliseconds?|seconds?|minutes?|hours?|days?)"
+                                    r"|\d+\.\d+\s+seconds?)\s*",
+                                    "an interval Spark reads, e.g. '1 second', '0.5 seconds' or "
                                     "'500 milliseconds'")]
 SparkMaster = Annotated[str, _matching(r"local(\[(\d+|\*)(,\d+)?\])?|spark://\S+|yarn|k8s://\S+",
                                        "a Spark master (local, local[N], local[*], "

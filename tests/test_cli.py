@@ -148,6 +148,11 @@ USER_ERRORS = [
     (["check-config", "--set", 'metrics.topics=["b("]'], {}, "is not a regular expression"),
     (["check-config", "--set", "stream.trigger_interval=soon-ish"], {},
      "'soon-ish' is not an interval Spark reads"),
+    # (Spark refuses both at the job's start, with a traceback)
+    (["check-config", "--set", "stream.trigger_interval=1second"], {},
+     "'1second' is not an interval Spark reads"),
+    (["check-config", "--set", "stream.trigger_interval=1.5 minutes"], {},
+     "'1.5 minutes' is not an interval Spark reads"),
     (["check-config", "--set", "stream.master=bogus[9]"], {}, "is not a Spark master"),
     (["check-config", "--set", "input.topics=[]"], {}, "nothing to read"),
     (["check-config", "--set", 'input.topics=[""]'], {}, "is not a Kafka topic name"),
