@@ -392,11 +392,9 @@ class StateThrottle(Listener):
         if ranges is None:
             return set(waiting)
         if ranges:
-            phase, busy_phase, interval = self._busy_phase, phase_of, self.busy_interval_ms
+            busy_phase_of = self._busy_phase_of
             for key in waiting:
-                at = phase.get(key)
-                if at is None:
-                    at = phase[key] = busy_phase(key, interval)
+                at = busy_phase_of(key)
                 for lo, hi in ranges:
                     if lo <= at <= hi:
                         out.add(key)
@@ -464,10 +462,14 @@ class StateThrottle(Listener):
         (phase_of), as `refresh_due` for the quiet ones."""
         if now <= began:
             return False
+        return next_instant(began + 1, self._busy_phase_of(key), self.busy_interval_ms) <= now
+
+    def _busy_phase_of(self, key: tuple) -> int:
+        """A busy partition's phase (phase_of in busy_interval_ms), kept."""
         phase = self._busy_phase.get(key)
         if phase is None:
             phase = self._busy_phase[key] = phase_of(key, self.busy_interval_ms)
-        return next_instant(began + 1, phase, self.busy_interval_ms) <= now
+        return phase
 
     def due(self, models_of, now: int, flush: bool = False, current=None) -> list:
         """The models whose partition_state goes out now (`models_of(key)`:
