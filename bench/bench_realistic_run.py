@@ -524,6 +524,12 @@ def newest_ts(paths) -> int:
 DECISION = ("ts", "cluster", "topic", "partition", "action", "isr_before", "isr_after", "policy")
 
 
+def decision(d: dict, shift: int = 0) -> tuple:
+    """An isr_change record's DECISION fields (not the reason's numbers),
+    its ts moved by `shift`."""
+    return tuple(str(d["ts"] + shift if k == "ts" else d.get(k)) for k in DECISION)
+
+
 def compare(args, bootstrap: str, prefix: str, newest: int, replay_out: str,
             label: str = "replay", kinds=("isr_change", "alert")) -> bool:
     """The job's records of `kinds` against `replay_out`'s below the last
@@ -562,8 +568,7 @@ def compare(args, bootstrap: str, prefix: str, newest: int, replay_out: str,
                   f"e.g. {sorted(eid - gid)[:3]} / {sorted(gid - eid)[:3]}; "
                   f"{sum(by_id[d['id']] != d for d in e if d['id'] in by_id)} of both differ")
             if kind == "isr_change":
-                key = lambda d: tuple(str(d.get(k)) for k in DECISION)  # noqa: E731
-                same_decisions = sorted(map(key, e)) == sorted(map(key, g))
+                same_decisions = sorted(map(decision, e)) == sorted(map(decision, g))
                 print(f"  as decisions ({', '.join(DECISION)}): "
                       f"{'identical' if same_decisions else 'DIFFERENT'}")
     print(f"compare with {label}: {beyond} decisions at or past the watermark (not expected); "
@@ -804,15 +809,12 @@ def check_period(args) -> int:
 
 def same_as_replay(replay_out: str, arrived: list[dict], shift: int) -> None:
     """Print whether the changes that arrived are the file's replay's
-    (isr_change ids and decisions, ts shifted): the job ran the same rules
-    on the same events, so they must be, whatever the batches."""
-    def key(d: dict, moved: int = 0) -> tuple:
-        return (d["id"], d["ts"] + moved, d["action"], tuple(d["isr_after"]))
-
+    (their decisions, ts shifted): the job ran the same rules on the same
+    events, so they must be, whatever the batches."""
     with open(replay_out, "rb") as f:
-        expected = sorted(key(d, shift) for d in map(orjson.loads, f)
+        expected = sorted(decision(d, shift) for d in map(orjson.loads, f)
                           if d["type"] == "isr_change")
-    got = sorted(key(d) for d in arrived)
+    got = sorted(map(decision, arrived))
     print(f"latency: isr_change records {'IDENTICAL to' if got == expected else 'DIFFERENT from'}"
           f" the replay's ({len(got)} arrived, {len(expected)} in {replay_out})")
 
