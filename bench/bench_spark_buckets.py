@@ -47,8 +47,7 @@ def main() -> None:
     reader = files.LinesStreamReader(opts)
     ranges = reader.partitions({"row": 0}, {"row": reader.total})
     batches = [b for r in ranges for b in reader.read(r)]
-    config = json.dumps([settings.monitor.model_dump_json(), settings.output.state_interval_ms,
-                         False])
+    config = operator.job_processor_config(settings, False)
     frames_of = [bucket_frames(batches, label) for label in labels]
     prof = cProfile.Profile() if mode == "prof" else None
     c0 = time.process_time()

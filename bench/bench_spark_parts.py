@@ -82,8 +82,7 @@ def main() -> None:
     c0 = time.process_time()
     batches = [b for r in ranges for b in reader.read(r)]
     spent["read + pack"] = time.process_time() - c0
-    config = json.dumps([settings.monitor.model_dump_json(), settings.output.state_interval_ms,
-                         False])
+    config = operator.job_processor_config(settings, False)
     for i, label in enumerate(labels):
         frames = bucket_frames(batches, label)
         c0 = time.process_time()

@@ -11,12 +11,12 @@ printed here are then only the last phases'; read the log).
 what they hold after their Nth call to $CENSUS_OUT.<pid> (read its docstring).
 Issue 23,
 docs/benchmarks.md, branch `enginerss`."""
-import argparse, hashlib, json, os, subprocess, sys, time, zlib
+import argparse, hashlib, os, subprocess, sys, time, zlib
 import orjson
 from isr.config import load_settings
 from isr.contract.events import routing_key
 from isr.stream import engineproc
-from isr.stream.operator import OutputRecord
+from isr.stream.operator import OutputRecord, job_processor_config
 from isr.stream.packing import END_OF_INPUT, Packer
 
 ap = argparse.ArgumentParser()
@@ -28,10 +28,8 @@ ap.add_argument("--set", action="append", default=[])
 args = ap.parse_args()
 settings = load_settings(None, ['monitor.policy=["kafka"]', "monitor.alerts.enabled=true", *args.set])
 monitor = settings.monitor
-settings_json = json.dumps([monitor.model_dump_json(), settings.output.state_interval_ms,
-                            settings.metrics.enabled and settings.metrics.per_partition,
-                            settings.metrics.refresh_interval_ms,
-                            settings.metrics.busy_refresh_interval_ms])
+settings_json = job_processor_config(
+    settings, settings.metrics.enabled and settings.metrics.per_partition)
 parts = [[] for _ in range(args.input_partitions)]
 for line in open(args.file, "rb"):
     line = line.rstrip(b"\r\n")

@@ -125,9 +125,9 @@ def _call_in_pieces(request: list, frames: list) -> tuple:
 
 
 def _settings_json(state_interval_ms: int = 0) -> str:
-    import json
+    from isr.stream.operator import processor_config
 
-    return json.dumps([MONITOR.model_dump_json(), state_interval_ms, False, 0])
+    return processor_config(MONITOR, state_interval_ms)
 
 
 def test_the_engine_process_holds_no_packs_once_the_records_are_applied(monkeypatch):

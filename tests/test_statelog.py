@@ -486,7 +486,7 @@ def test_the_buckets_engine_process_outputs_as_layout_1(tmp_path, monkeypatch, r
     Either way the outputs are the layout-1 round trip's, and a retried batch
     (its first attempt's row lost) rebuilds from the row."""
     from isr.stream import engineproc
-    from isr.stream.operator import make_state_function
+    from isr.stream.operator import make_state_function, processor_config
 
     statelog._CACHE.clear()
     monkeypatch.setenv(engineproc.ENV, engine_process)
@@ -496,7 +496,7 @@ def test_the_buckets_engine_process_outputs_as_layout_1(tmp_path, monkeypatch, r
     monkeypatch.setattr(statelog, "_LOG", str(log))  # this process's (read at import)
     events = event_streams_example()
     batches = batches_of(events, [len(events) // 3, 2 * len(events) // 3])
-    fn = make_state_function(MONITOR, [0], identity=str(tmp_path))
+    fn = make_state_function(processor_config(MONITOR), [0], identity=str(tmp_path))
     state, out, first = State(), [], 0
     engineproc.stop((0, 1))
     try:

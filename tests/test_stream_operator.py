@@ -190,14 +190,14 @@ def test_a_checkpoint_of_another_bucket_layout_stops_with_a_clear_error():
     """State keys are bucket labels (partitioning.py); a checkpoint written with
     other keys (another state_buckets, or keys 0..n-1 of earlier versions)
     must not be mixed into the new layout silently."""
-    from isr.stream.operator import make_state_function
+    from isr.stream.operator import make_state_function, processor_config
     from isr.stream.partitioning import bucket_labels
 
     labels = bucket_labels(4)
     assert sorted(labels) == [0, 2, 6, 12]
     clear = "another bucket layout.*new stream.checkpoint_location"
     with pytest.raises(ValueError, match=clear):  # a key that is no label
-        next(make_state_function(MONITOR, labels)((1,), iter([]), None))
+        next(make_state_function(processor_config(MONITOR), labels)((1,), iter([]), None))
     p = BucketProcessor(MONITOR)
     bucket = p.restore(None, (1, 4))
     process(p, bucket, [pack([leader(0), append(60000, 1)], buckets=1)], 0)

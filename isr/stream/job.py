@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 
 from isr.config import Settings
 from isr.contract.records import SPARK_SCHEMA, OutputRecord
-from isr.stream.operator import STATE_SCHEMA, make_state_function
+from isr.stream.operator import STATE_SCHEMA, job_processor_config, make_state_function
 from isr.stream.packing import PACKED_SCHEMA, make_packer
 from isr.stream.propagation import HadoopStore, PropagationStage
 from isr.stream.buckets import AUTO, SHUFFLE_PARTITIONS, resolve
@@ -369,11 +369,8 @@ def decisions_stream(packed_df, settings: Settings, partition_metrics: bool = Fa
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     return packed_df.groupBy("bucket").applyInPandasWithState(
-        make_state_function(settings.monitor, bucket_labels(settings.stream.state_buckets),
-                            settings.output.state_interval_ms, partition_metrics,
-                            identity=checkpoint,
-                            metrics_refresh_ms=settings.metrics.refresh_interval_ms,
-                            metrics_busy_refresh_ms=settings.metrics.busy_refresh_interval_ms),
+        make_state_function(job_processor_config(settings, partition_metrics),
+                            bucket_labels(settings.stream.state_buckets), identity=checkpoint),
         SPARK_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout)
 
 

@@ -26,7 +26,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from isr.config import MonitorSettings
+from isr.config import MonitorSettings, Settings
 from isr.contract.decisions import DeadLetter
 from isr.contract.records import (PARTITION_METRICS, PROPAGATION_STATE, SUMMARY, WATERMARK,
                                   OutputRecord, state_record, to_record)
@@ -414,16 +414,29 @@ def bucket_summary(engine: LocalEngine) -> dict:
             "session_anomalies": dict(engine.session_driver.sessions.anomalies)}
 
 
-def make_state_function(monitor: MonitorSettings, labels: Sequence[int],
-                        state_interval_ms: int = 0, partition_metrics: bool = False,
-                        identity: str = "", metrics_refresh_ms: int = 0,
-                        metrics_busy_refresh_ms: int = 0):
-    """The function for applyInPandasWithState, grouped by bucket label
-    (the other arguments: BucketProcessor's). `identity`: the query's
-    (its checkpoint), so that the workers' engine cache (statelog.py) keeps
-    two queries' buckets apart."""
-    settings_json = json.dumps([monitor.model_dump_json(), state_interval_ms, partition_metrics,
-                                metrics_refresh_ms, metrics_busy_refresh_ms])
+def processor_config(monitor: MonitorSettings, state_interval_ms: int = 0,
+                     partition_metrics: bool = False, metrics_refresh_ms: int = 0,
+                     metrics_busy_refresh_ms: int = 0) -> str:
+    """BucketProcessor's arguments as the one string the workers receive
+    (and _processor's cache key). Left out, an interval is 0: every touched
+    partition reported, as BucketProcessor's own defaults do."""
+    return json.dumps([monitor.model_dump_json(), state_interval_ms, partition_metrics,
+                       metrics_refresh_ms, metrics_busy_refresh_ms])
+
+
+def job_processor_config(settings: Settings, partition_metrics: bool) -> str:
+    """processor_config as the job sets it from its settings (the benches
+    that call the operator without Spark use it too, to measure the same)."""
+    return processor_config(settings.monitor, settings.output.state_interval_ms,
+                            partition_metrics, settings.metrics.refresh_interval_ms,
+                            settings.metrics.busy_refresh_interval_ms)
+
+
+def make_state_function(settings_json: str, labels: Sequence[int], identity: str = ""):
+    """The function for applyInPandasWithState, grouped by bucket label;
+    `settings_json`: processor_config's. `identity`: the query's (its
+    checkpoint), so that the workers' engine cache (statelog.py) keeps two
+    queries' buckets apart."""
     index_of = {label: i for i, label in enumerate(labels)}
 
     def process_bucket(key, pdfs: Iterator, state) -> Iterator:
