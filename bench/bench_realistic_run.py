@@ -26,11 +26,13 @@ it and reports:
   <stem>.out.jsonl), below the stream's last watermark (newest ts - the
   allowed lateness), as tests/integration/test_real_kafka_job.py compares.
 
-With a 2-partition input topic (the default) the job's decisions can differ
-from replay's where events of the same ts under different routing keys
-decide something (the leader-resume shrinks of a stall: docs/benchmarks.md,
-"The realistic cluster through `isr run`"); `--input-partitions 1` keeps
-the file's order and the outputs identical.
+The input topic has 2 partitions by default (`--input-partitions`). The
+Kafka source then hands over events of one ts under different routing keys
+in another order than the file's; the contract's tie order (docs/contract.md,
+"Order of events") makes the decisions independent of it, so they are
+replay's either way (before it, the leader-resume shrinks of a stall were
+missed: docs/benchmarks.md, "Same-ts ties across input partitions"; checked
+since in the `latency` runs of 2026-11-28, every change identical).
 
 `--from-requestlogs DIR` (run mode): instead of the file itself, its
 request logs (bench/render_requestlog.py: one kafka-request-<N>.log per
