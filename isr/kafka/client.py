@@ -158,64 +158,120 @@ def _warn_not_compacted(client: AdminClient, names: list[str]) -> None:
         pass  # not allowed to describe: nothing to say
 
 
+class OffsetProbe:
+    """Asks a cluster for its partitions and their offsets, with clients kept
+    from one question to the next: the Kafka source asks once per
+    micro-batch, and a new admin client and consumer (bootstrap, metadata)
+    cost 50-90 ms a time against a local broker, kept ones 4-6 ms
+    (docs/benchmarks.md, "The source's offset questions"). `close()` lets
+    go of them; a question that fails does too, so the next one starts with
+    new clients (a cluster back from an outage)."""
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        self.conf = conf
+        self._admin: Optional[AdminClient] = None
+        self._consumer: Optional[Consumer] = None
+
+    def __enter__(self) -> "OffsetProbe":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        consumer_, self._consumer, self._admin = self._consumer, None, None
+        if consumer_ is not None:
+            consumer_.close()
+
+    def partitions(self, topics: Iterable[str] = (), pattern: Optional[str] = None,
+                   timeout: float = 10.0) -> list[tuple[str, int]]:
+        """(topic, partition) of the listed topics, or of every topic matching the pattern."""
+        if self._admin is None:
+            self._admin = admin(self.conf)
+        try:
+            metadata = self._admin.list_topics(timeout=timeout)
+        except BaseException:
+            self.close()
+            raise
+        if pattern is not None:
+            regex = re.compile(pattern)
+            names = sorted(t for t in metadata.topics if regex.fullmatch(t))
+        else:
+            names = list(topics)
+        found: list[tuple[str, int]] = []
+        for name in names:
+            topic = metadata.topics.get(name)
+            if topic is None or topic.error is not None:
+                continue  # not there yet: picked up once it exists
+            found.extend((name, p) for p in sorted(topic.partitions))
+        return found
+
+    def watermarks(self, partitions: list[tuple[str, int]],
+                   timeout: float = 10.0) -> dict[tuple[str, int], tuple[int, int]]:
+        """(log start offset, true end) of each partition.
+
+        ListOffsets(latest) is not trusted: the embedded broker answers the
+        last batch's base offset + 1, which would leave a partition's tail
+        unread. The high watermark carried by a fetch response is right on
+        every broker, so one fetch is made per partition, from just below the
+        listed end, and the fetched high watermark wins when higher. Raises
+        KafkaTimeout when the cluster does not answer.
+        """
+        if not partitions:
+            return {}
+        if self._consumer is None:
+            self._consumer = consumer(self.conf, **{"fetch.max.bytes": "1048576",
+                                                    "max.partition.fetch.bytes": "65536"})
+        try:
+            return _watermarks(self._consumer, partitions, timeout)
+        except BaseException:
+            self.close()
+            raise
+
+
+def _watermarks(c: Consumer, partitions: list[tuple[str, int]],
+                timeout: float) -> dict[tuple[str, int], tuple[int, int]]:
+    listed = {}
+    for tp in partitions:
+        listed[tp] = c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout)
+    assign = [TopicPartition(t, p, max(low, high - 1))
+              for (t, p), (low, high) in listed.items() if high > low]
+    marks = dict(listed)
+    if not assign:
+        return marks
+    c.assign(assign)  # (a new assignment: nothing fetched for an earlier one is polled)
+    try:
+        waiting = {(tp.topic, tp.partition) for tp in assign}
+        deadline = time.monotonic() + timeout
+        while waiting and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is None or msg.topic() is None:
+                continue  # nothing yet, or a client-wide error (a broker down)
+            waiting.discard((msg.topic(), msg.partition()))  # records, EOF or an error
+        if waiting:
+            raise KafkaTimeout(f"no fetch answer for {sorted(waiting)} within {timeout:g} s")
+        for t, p in {(tp.topic, tp.partition) for tp in assign}:
+            _low, high = c.get_watermark_offsets(TopicPartition(t, p), cached=True)
+            low, end = marks[(t, p)]
+            if high is not None and high > end:
+                marks[(t, p)] = (low, high)
+        return marks
+    finally:
+        c.unassign()  # kept idle until the next question: no fetching meanwhile
+
+
 def topic_partitions(conf: dict[str, str], topics: Iterable[str] = (),
                      pattern: Optional[str] = None, timeout: float = 10.0) -> list[tuple[str, int]]:
-    """(topic, partition) of the listed topics, or of every topic matching the pattern."""
-    metadata = admin(conf).list_topics(timeout=timeout)
-    if pattern is not None:
-        regex = re.compile(pattern)
-        names = sorted(t for t in metadata.topics if regex.fullmatch(t))
-    else:
-        names = list(topics)
-    found: list[tuple[str, int]] = []
-    for name in names:
-        topic = metadata.topics.get(name)
-        if topic is None or topic.error is not None:
-            continue  # not there yet: picked up once it exists
-        found.extend((name, p) for p in sorted(topic.partitions))
-    return found
+    """OffsetProbe.partitions, asked once."""
+    with OffsetProbe(conf) as probe:
+        return probe.partitions(topics, pattern, timeout)
 
 
 def watermarks(conf: dict[str, str], partitions: list[tuple[str, int]],
                timeout: float = 10.0) -> dict[tuple[str, int], tuple[int, int]]:
-    """(log start offset, true end) of each partition.
-
-    ListOffsets(latest) is not trusted: the embedded broker answers the last
-    batch's base offset + 1, which would leave a partition's tail unread. The
-    high watermark carried by a fetch response is right on every broker, so
-    one fetch is made per partition, from just below the listed end, and the
-    fetched high watermark wins when higher. Raises KafkaTimeout when the
-    cluster does not answer.
-    """
-    if not partitions:
-        return {}
-    c = consumer(conf, **{"fetch.max.bytes": "1048576", "max.partition.fetch.bytes": "65536"})
-    try:
-        listed = {}
-        for tp in partitions:
-            listed[tp] = c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout)
-        assign = [TopicPartition(t, p, max(low, high - 1))
-                  for (t, p), (low, high) in listed.items() if high > low]
-        marks = dict(listed)
-        if assign:
-            c.assign(assign)
-            waiting = {(tp.topic, tp.partition) for tp in assign}
-            deadline = time.monotonic() + timeout
-            while waiting and time.monotonic() < deadline:
-                msg = c.poll(0.2)
-                if msg is None or msg.topic() is None:
-                    continue  # nothing yet, or a client-wide error (a broker down)
-                waiting.discard((msg.topic(), msg.partition()))  # records, EOF or an error
-            if waiting:
-                raise KafkaTimeout(f"no fetch answer for {sorted(waiting)} within {timeout:g} s")
-            for t, p in {(tp.topic, tp.partition) for tp in assign}:
-                _low, high = c.get_watermark_offsets(TopicPartition(t, p), cached=True)
-                low, end = marks[(t, p)]
-                if high is not None and high > end:
-                    marks[(t, p)] = (low, high)
-        return marks
-    finally:
-        c.close()
+    """OffsetProbe.watermarks, asked once."""
+    with OffsetProbe(conf) as probe:
+        return probe.watermarks(partitions, timeout)
 
 
 def end_offsets(conf: dict[str, str], partitions: list[tuple[str, int]],

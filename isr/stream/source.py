@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from operator import methodcaller
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -30,6 +30,9 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+
+if TYPE_CHECKING:
+    from isr.kafka.client import OffsetProbe
 
 # Spark's Kafka source's columns, plus `behind`: the partition holds more than
 # this micro-batch reads of it (a backlog read in slices), so the watermark
@@ -201,15 +204,29 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.went_back: dict[str, float] = {}  # partition -> when its end was first seen below
         self.target: Optional[dict[str, int]] = None  # Trigger.AvailableNow
         self.pack = pack_settings(self.options)
+        self._probe: Optional[OffsetProbe] = None  # made at the first question
+
+    def __getstate__(self) -> dict:
+        # Spark pickles the reader into every read task; the probe's clients
+        # stay with the driver's (their threads and sockets cannot travel).
+        return {**self.__dict__, "_probe": None}
+
+    def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
 
     # ------------------------------------------------------------ offsets
     def _marks(self) -> dict[str, tuple[int, int]]:
         """(log start, end) of every input partition, riding out an outage."""
-        from isr.kafka.client import riding_out, topic_partitions, watermarks
+        from isr.kafka.client import OffsetProbe, riding_out
+
+        if self._probe is None:
+            self._probe = OffsetProbe(self.conf)
+        probe = self._probe
 
         def ask():
-            tps = topic_partitions(self.conf, self.topics, self.pattern)
-            return {_key(t, p): v for (t, p), v in watermarks(self.conf, tps).items()}
+            tps = probe.partitions(self.topics, self.pattern)
+            return {_key(t, p): v for (t, p), v in probe.watermarks(tps).items()}
 
         return riding_out("input", self.outage_s, ask)
 

@@ -22,7 +22,7 @@ import workload
 from confluent_kafka import Producer, TopicPartition
 
 from isr.config import load_settings
-from isr.kafka.client import consumer, end_offsets
+from isr.kafka.client import OffsetProbe, consumer, end_offsets, ensure_topics
 from isr.stream import job
 from isr.stream.packing import END_OF_RUN
 from isr.sinks.kafka import read_to_end
@@ -114,6 +114,34 @@ def test_source_reads_the_tail_that_list_offsets_misses(broker):
     assert listed < 500
     # ... the source asks a fetch instead.
     assert end_offsets(conf, [(topic, 0)]) == {(topic, 0): 500}
+
+
+@pytest.mark.parametrize("cluster", ["broker", pytest.param("kafka", marks=pytest.mark.kafka)])
+def test_the_sources_kept_clients_answer_each_new_end(cluster, request):
+    """The Kafka source asks for the input's ends once per micro-batch, with
+    the same clients each time (OffsetProbe): every answer must still be the
+    end at that moment, records written since included, or the job would
+    stop reading new input. On the embedded broker (whose ListOffsets falls
+    short, the probe's fetch decides) and on Apache Kafka."""
+    conf = {"bootstrap.servers": request.getfixturevalue(cluster).bootstrap}
+    topic = f"probe{uuid.uuid4().hex[:6]}"
+    ensure_topics(conf, [topic], 2, 1)
+    p = Producer({**conf, "linger.ms": 100, "log_level": 0})
+    with OffsetProbe(conf) as probe:
+        tps = probe.partitions([topic])
+        assert tps == [(topic, 0), (topic, 1)]
+        admin_client, consumers, written = probe._admin, set(), 0
+        for end in (0, 300, 700):
+            for i in range(written, end):
+                p.produce(topic, value=b"x%d" % i, partition=i % 2)
+                p.produce(topic, value=b"y%d" % i, partition=1 - i % 2)
+            p.flush()
+            written = end
+            assert probe.watermarks(tps) == {(topic, 0): (0, end), (topic, 1): (0, end)}
+            assert probe.partitions([topic]) == tps
+            consumers.add(id(probe._consumer))
+        # asked anew each time, with the clients made once
+        assert probe._admin is admin_client and len(consumers) == 1
 
 
 def test_python_source_delivers_every_record_once_under_a_read_limit(broker, spark, tmp_path):
