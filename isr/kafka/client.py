@@ -162,7 +162,7 @@ class OffsetProbe:
     """Asks a cluster for its partitions and their offsets, with clients kept
     from one question to the next: the Kafka source asks once per
     micro-batch, and a new admin client and consumer (bootstrap, metadata)
-    cost 50-90 ms a time against a local broker, kept ones 4-6 ms
+    cost ~75 ms a time against a local broker, kept ones ~7 ms
     (docs/benchmarks.md, "The source's offset questions"). `close()` lets
     go of them; a question that fails does too, so the next one starts with
     new clients (a cluster back from an outage)."""
@@ -171,6 +171,8 @@ class OffsetProbe:
         self.conf = conf
         self._admin: Optional[AdminClient] = None
         self._consumer: Optional[Consumer] = None
+        # partition -> (end listed, true end) at the last question
+        self._ends: dict[tuple[str, int], tuple[int, int]] = {}
 
     def __enter__(self) -> "OffsetProbe":
         return self
@@ -179,7 +181,7 @@ class OffsetProbe:
         self.close()
 
     def close(self) -> None:
-        consumer_, self._consumer, self._admin = self._consumer, None, None
+        consumer_, self._consumer, self._admin, self._ends = self._consumer, None, None, {}
         if consumer_ is not None:
             consumer_.close()
 
@@ -216,32 +218,49 @@ class OffsetProbe:
         every broker, so one fetch is made per partition, from just below the
         listed end, and the fetched high watermark wins when higher. Raises
         KafkaTimeout when the cluster does not answer.
+
+        A partition whose listed end is the one listed at the probe's last
+        question keeps the true end fetched then, unfetched: a broker lists
+        the same end only while nothing was appended (the embedded broker's
+        answer moves with every new batch, Kafka's with the high watermark),
+        so a quiet input costs ListOffsets alone at each poll.
         """
         if not partitions:
             return {}
         if self._consumer is None:
+            # A short fetch wait: the fetch left waiting at a partition's end
+            # (librdkafka's long poll, 500 ms by default) would hold the next
+            # question's fetch back that long on a quiet topic.
             self._consumer = consumer(self.conf, **{"fetch.max.bytes": "1048576",
-                                                    "max.partition.fetch.bytes": "65536"})
+                                                    "max.partition.fetch.bytes": "65536",
+                                                    "fetch.wait.max.ms": "1"})
+        c = self._consumer
         try:
-            return _watermarks(self._consumer, partitions, timeout)
+            listed = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout)
+                      for tp in partitions}
+            known = {tp: self._ends[tp][1] for tp, (_low, high) in listed.items()
+                     if tp in self._ends and self._ends[tp][0] == high}
+            marks = {tp: (low, known.get(tp, high)) for tp, (low, high) in listed.items()}
+            fetch = [tp for tp, (low, high) in listed.items() if high > low and tp not in known]
+            marks.update(_fetched_ends(c, fetch, listed, timeout))
         except BaseException:
             self.close()
             raise
-
-
-def _watermarks(c: Consumer, partitions: list[tuple[str, int]],
-                timeout: float) -> dict[tuple[str, int], tuple[int, int]]:
-    listed = {}
-    for tp in partitions:
-        listed[tp] = c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout)
-    assign = [TopicPartition(t, p, max(low, high - 1))
-              for (t, p), (low, high) in listed.items() if high > low]
-    marks = dict(listed)
-    if not assign:
+        self._ends = {tp: (listed[tp][1], marks[tp][1]) for tp in partitions}
         return marks
-    c.assign(assign)  # (a new assignment: nothing fetched for an earlier one is polled)
+
+
+def _fetched_ends(c: Consumer, partitions: list[tuple[str, int]],
+                  listed: dict[tuple[str, int], tuple[int, int]],
+                  timeout: float) -> dict[tuple[str, int], tuple[int, int]]:
+    """(log start, true end) of `partitions`, from one fetch each just below
+    the `listed` end: the fetched high watermark, where above it."""
+    if not partitions:
+        return {}
+    c.assign([TopicPartition(t, p, max(listed[(t, p)][0], listed[(t, p)][1] - 1))
+              for t, p in partitions])  # (a new assignment: nothing fetched before is polled)
     try:
-        waiting = {(tp.topic, tp.partition) for tp in assign}
+        waiting = set(partitions)
         deadline = time.monotonic() + timeout
         while waiting and time.monotonic() < deadline:
             msg = c.poll(0.2)
@@ -250,11 +269,11 @@ def _watermarks(c: Consumer, partitions: list[tuple[str, int]],
             waiting.discard((msg.topic(), msg.partition()))  # records, EOF or an error
         if waiting:
             raise KafkaTimeout(f"no fetch answer for {sorted(waiting)} within {timeout:g} s")
-        for t, p in {(tp.topic, tp.partition) for tp in assign}:
+        marks = {}
+        for t, p in partitions:
             _low, high = c.get_watermark_offsets(TopicPartition(t, p), cached=True)
-            low, end = marks[(t, p)]
-            if high is not None and high > end:
-                marks[(t, p)] = (low, high)
+            low, end = listed[(t, p)]
+            marks[(t, p)] = (low, high if high is not None and high > end else end)
         return marks
     finally:
         c.unassign()  # kept idle until the next question: no fetching meanwhile
