@@ -163,7 +163,8 @@ class OffsetProbe:
     from one question to the next: the Kafka source asks once per
     micro-batch, and a new admin client and consumer (bootstrap, metadata)
     cost ~75 ms a time against a local broker, kept ones ~7 ms
-    (docs/benchmarks.md, "The source's offset questions"). `close()` lets
+    (docs/benchmarks.md, "The source's offset questions"; on the embedded
+    broker they are not kept, see `watermarks`). `close()` lets
     go of them; a question that fails does too, so the next one starts with
     new clients (a cluster back from an outage)."""
 
@@ -171,8 +172,11 @@ class OffsetProbe:
         self.conf = conf
         self._admin: Optional[AdminClient] = None
         self._consumer: Optional[Consumer] = None
-        # partition -> (end listed, true end) at the last question
-        self._ends: dict[tuple[str, int], tuple[int, int]] = {}
+        self._ends: dict[tuple[str, int], int] = {}  # partition -> end found at the last question
+        # What the fetches found of the cluster's listed ends: one below the
+        # true end (ever), one equal to it (ever). The clients are kept only
+        # once a fetch found a listed end true and none has found one short.
+        self._lists_short = self._lists_true = False
 
     def __enter__(self) -> "OffsetProbe":
         return self
@@ -219,11 +223,14 @@ class OffsetProbe:
         listed end, and the fetched high watermark wins when higher. Raises
         KafkaTimeout when the cluster does not answer.
 
-        A partition whose listed end is the one listed at the probe's last
-        question keeps the true end fetched then, unfetched: a broker lists
-        the same end only while nothing was appended (the embedded broker's
-        answer moves with every new batch, Kafka's with the high watermark),
-        so a quiet input costs ListOffsets alone at each poll.
+        A partition whose listed end is the end found at the probe's last
+        question is not fetched again: Kafka lists the high watermark, the
+        same one only while nothing was appended, so a quiet input costs
+        ListOffsets alone at each poll. Until a fetch has found a listed end
+        true, and once one has found a listed end short (the embedded
+        broker), every partition is fetched every time, with new clients:
+        such a broker's listed end says nothing certain of its true end (the
+        same one for another log, a topic deleted and created again).
         """
         if not partitions:
             return {}
@@ -238,15 +245,23 @@ class OffsetProbe:
         try:
             listed = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout)
                       for tp in partitions}
-            known = {tp: self._ends[tp][1] for tp, (_low, high) in listed.items()
-                     if tp in self._ends and self._ends[tp][0] == high}
-            marks = {tp: (low, known.get(tp, high)) for tp, (low, high) in listed.items()}
-            fetch = [tp for tp, (low, high) in listed.items() if high > low and tp not in known]
+            marks = dict(listed)
+            fetch = [tp for tp, (low, high) in listed.items()
+                     if high > low and (self._lists_short or self._ends.get(tp) != high)]
             marks.update(_fetched_ends(c, fetch, listed, timeout))
         except BaseException:
             self.close()
             raise
-        self._ends = {tp: (listed[tp][1], marks[tp][1]) for tp in partitions}
+        self._lists_short |= any(marks[tp][1] > listed[tp][1] for tp in fetch)
+        self._lists_true |= any(marks[tp][1] == listed[tp][1] for tp in fetch)
+        if self._lists_short or not self._lists_true:
+            # Not (yet) known to list true ends, as the embedded broker does
+            # not: librdkafka 2.16's kept consumer crashes (SIGSEGV) at its
+            # next fetch once a topic was deleted and made again there, so
+            # each question has new clients, as before.
+            self.close()
+            return marks
+        self._ends = {tp: end for tp, (_low, end) in marks.items()}
         return marks
 
 
