@@ -162,7 +162,7 @@ class OffsetProbe:
     """Asks a cluster for its partitions and their offsets, with clients kept
     from one question to the next: the Kafka source asks once per
     micro-batch, and a new admin client and consumer (bootstrap, metadata)
-    cost ~75 ms a time against a local broker, kept ones ~7 ms
+    cost ~70-85 ms a time against a local broker, kept ones ~3-8 ms
     (docs/benchmarks.md, "The source's offset questions"; on the embedded
     broker they are not kept, see `watermarks`). `close()` lets
     go of them; a question that fails does too, so the next one starts with
@@ -246,8 +246,9 @@ class OffsetProbe:
             listed = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout)
                       for tp in partitions}
             marks = dict(listed)
+            # (_ends is empty while the clients are not kept: all fetched)
             fetch = [tp for tp, (low, high) in listed.items()
-                     if high > low and (self._lists_short or self._ends.get(tp) != high)]
+                     if high > low and self._ends.get(tp) != high]
             marks.update(_fetched_ends(c, fetch, listed, timeout))
         except BaseException:
             self.close()
