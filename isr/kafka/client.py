@@ -173,9 +173,9 @@ class OffsetProbe:
         self._admin: Optional[AdminClient] = None
         self._consumer: Optional[Consumer] = None
         self._ends: dict[tuple[str, int], int] = {}  # partition -> end found at the last question
-        # What the fetches found of the cluster's listed ends: one below the
-        # true end (ever), one equal to it (ever). The clients are kept only
-        # once a fetch found a listed end true and none has found one short.
+        # What the fetches found of the cluster's listed ends: one short of
+        # the true end (ever), one true (ever). The clients are kept only once
+        # one was found true and none short (_judge_listed_ends).
         self._lists_short = self._lists_true = False
 
     def __enter__(self) -> "OffsetProbe":
@@ -183,6 +183,12 @@ class OffsetProbe:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @property
+    def keeps(self) -> bool:
+        """Whether the clients are kept between questions: the cluster lists
+        true ends (Apache Kafka), as far as the fetches found."""
+        return self._consumer is not None
 
     def close(self) -> None:
         consumer_, self._consumer, self._admin, self._ends = self._consumer, None, None, {}
@@ -226,11 +232,13 @@ class OffsetProbe:
         A partition whose listed end is the end found at the probe's last
         question is not fetched again: Kafka lists the high watermark, the
         same one only while nothing was appended, so a quiet input costs
-        ListOffsets alone at each poll. Until a fetch has found a listed end
-        true, and once one has found a listed end short (the embedded
-        broker), every partition is fetched every time, with new clients:
-        such a broker's listed end says nothing certain of its true end (the
-        same one for another log, a topic deleted and created again).
+        ListOffsets alone at each poll. Until a listed end was found true,
+        and once one was found short (the embedded broker: a list asked
+        again after the fetch stays below the fetched end;
+        `_judge_listed_ends`), every partition is fetched every time, with
+        new clients: such a broker's listed end says nothing certain of its
+        true end (the same one for another log, a topic deleted and created
+        again).
         """
         if not partitions:
             return {}
@@ -250,11 +258,10 @@ class OffsetProbe:
             fetch = [tp for tp, (low, high) in listed.items()
                      if high > low and self._ends.get(tp) != high]
             marks.update(_fetched_ends(c, fetch, listed, timeout))
+            self._judge_listed_ends(c, fetch, listed, marks, timeout)
         except BaseException:
             self.close()
             raise
-        self._lists_short |= any(marks[tp][1] > listed[tp][1] for tp in fetch)
-        self._lists_true |= any(marks[tp][1] == listed[tp][1] for tp in fetch)
         if self._lists_short or not self._lists_true:
             # Not (yet) known to list true ends, as the embedded broker does
             # not: librdkafka 2.16's kept consumer crashes (SIGSEGV) at its
@@ -264,6 +271,22 @@ class OffsetProbe:
             return marks
         self._ends = {tp: end for tp, (_low, end) in marks.items()}
         return marks
+
+    def _judge_listed_ends(self, c: Consumer, fetched: list[tuple[str, int]],
+                           listed: dict, marks: dict, timeout: float) -> None:
+        """What the fetches say of the listed ends: true where a fetch found
+        the same end; where it found more, a list asked again tells records
+        written in between (Kafka lists its high watermark, never below one
+        a fetch already answered) from a list that falls short (the embedded
+        broker, whose list stays below)."""
+        self._lists_true |= any(marks[tp][1] == listed[tp][1] for tp in fetched)
+        grew = [tp for tp in fetched if marks[tp][1] > listed[tp][1]]
+        if not grew or self._lists_short:
+            return
+        again = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=timeout)[1]
+                 for tp in grew}
+        self._lists_short |= any(again[tp] < marks[tp][1] for tp in grew)
+        self._lists_true |= any(again[tp] >= marks[tp][1] for tp in grew)
 
 
 def _fetched_ends(c: Consumer, partitions: list[tuple[str, int]],
