@@ -188,6 +188,43 @@ def test_the_sources_kept_clients_stay_kept_while_records_arrive(kafka, monkeypa
             assert probe.keeps, f"clients let go at question {i}"
 
 
+def test_a_batch_between_fetch_and_list_does_not_keep_the_clients_on_the_embedded_broker(
+        broker, monkeypatch):
+    """The embedded broker lists a partition's end as its last batch's base
+    offset + 1. A batch written between the probe's fetch and its second
+    list makes that list higher than the fetched end, which says nothing
+    of the broker's lists: the clients must not be kept there (librdkafka's
+    kept consumer crashes once a topic is made again on it)."""
+    from isr.kafka import client
+
+    conf = {"bootstrap.servers": broker.bootstrap}
+    topic = f"between{uuid.uuid4().hex[:6]}"
+    broker.create_topics([topic], 1)
+    p = Producer({**conf, "linger.ms": 100, "log_level": 0})
+    written = [0]
+
+    def write(n: int) -> None:
+        for _ in range(n):
+            p.produce(topic, value=b"x")
+        p.flush()  # one batch
+        written[0] += n
+
+    fetch = client._fetched_ends
+
+    def fetch_then_a_batch(*args, **kwargs):
+        ends = fetch(*args, **kwargs)
+        write(20)
+        return ends
+
+    write(50)
+    monkeypatch.setattr(client, "_fetched_ends", fetch_then_a_batch)
+    with OffsetProbe(conf) as probe:
+        for _ in range(3):
+            before = written[0]
+            assert probe.watermarks([(topic, 0)]) == {(topic, 0): (0, before)}
+            assert not probe.keeps
+
+
 def test_the_sources_kept_clients_see_a_topic_made_again_shorter(broker):
     """The embedded broker lists a partition's end as its last batch's base
     offset + 1: a topic deleted and made again with fewer records, each time
