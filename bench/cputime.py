@@ -68,8 +68,15 @@ def main() -> int:
         argv = argv[1:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
+    if not argv or argv[0].startswith("-"):  # --help, a typo, or no command at all
+        print("usage: cputime.py [--by-process] [--] COMMAND [ARG ...]", file=sys.stderr)
+        return 2
     started = time.perf_counter()
-    child = subprocess.Popen(argv)
+    try:
+        child = subprocess.Popen(argv)
+    except OSError as e:
+        print(f"cputime: cannot start {argv[0]}: {e.strerror}", file=sys.stderr)
+        return 127
     mine, seen, kinds = {child.pid}, {}, {}
     while child.poll() is None:
         stats = _stats()
