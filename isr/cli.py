@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 from isr import __version__, signals
 
 # Exit codes: 0 done, 1 the job failed, 2 a user's mistake (one line),
-# 3 replay accepted no event at all, 130 stopped by Ctrl-C / SIGTERM.
+# 3 replay or verify accepted no event at all, 130 stopped by Ctrl-C / SIGTERM.
 
 
 def build_parser() -> argparse.ArgumentParser:

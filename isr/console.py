@@ -14,7 +14,7 @@ from rich.table import Table
 
 from isr.contract.decisions import Alert
 from isr.pipeline.results import Progress as ReplayProgress
-from isr.pipeline.results import ReplayResult
+from isr.pipeline.results import ReplayResult, ReplayStats
 
 
 def _duration(ms: int) -> str:
@@ -61,7 +61,11 @@ def print_summary(result: ReplayResult, console: Console,
         console.print("alerts (fired/resolved): " + ", ".join(
             f"{n} {alerts[(n, 'firing')]}/{alerts[(n, 'resolved')]}" for n in names),
             soft_wrap=True)
-    s = result.stats
+    console.print(input_line(result.stats))
+
+
+def input_line(s: ReplayStats) -> str:
+    """What became of the input lines: read, accepted, ignored, rejected."""
     line = f"{s.lines} events read, {s.accepted} accepted"
     if s.ignored:
         line += ", ignored: " + ", ".join(f"{k} {v}" for k, v in sorted(s.ignored.items()))
@@ -71,7 +75,7 @@ def print_summary(result: ReplayResult, console: Console,
     if s.dead_letters:
         line += ", dead letters: " + ", ".join(
             f"{k} {v}" for k, v in sorted(s.dead_letters.items()))
-    console.print(line)
+    return line
 
 
 def print_whatif(result: ReplayResult, console: Console) -> None:

@@ -203,6 +203,30 @@ def test_replay_that_accepts_nothing_exits_3(tmp_path):
     assert r.stderr.strip() == "isr replay: none of the 2 input lines was accepted (exit code 3)"
 
 
+def test_verify_of_a_file_that_is_not_events_exits_3_instead_of_finding_no_difference(tmp_path):
+    path = tmp_path / "server.log"  # the raw log given where the tap's output belongs
+    path.write_text("[2026-11-29 04:00:00,000] INFO [Partition t-0 broker=1] ISR updated\n" * 2)
+    r = cli("verify", str(path))
+    assert r.returncode == 3
+    assert r.stderr.splitlines() == [
+        "isr verify: 2 events read, 0 accepted, dead letters: not_json 2 "
+        "(`isr replay --dead-letters FILE` lists them)",
+        "isr verify: none of the 2 input lines was accepted: nothing to compare (exit code 3)"]
+
+
+def test_verify_counts_the_lines_it_rejected_beside_its_comparison(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"v": 1, "type": "leader", "ts": 1, "topic": "t", "partition": 0, '
+                    '"leader": 1, "leader_epoch": 0, "leader_epoch_start_offset": 0, '
+                    '"replicas": [1, 2], "isr": [1, 2]}\nnot json\n')
+    r = cli("verify", str(path))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        "isr verify: 2 events read, 1 accepted, dead letters: not_json 1 "
+        "(`isr replay --dead-letters FILE` lists them)",
+        "no ISR changes on either side: nothing to compare"]
+
+
 def test_a_mistyped_environment_variable_is_named_with_a_guess():
     r = cli("check-config", env={**os.environ, "ISR_MONITOR_REPLICA_LAG_TIME_MAX_MS": "5"})
     assert r.returncode == 0

@@ -26,6 +26,7 @@ from isr.commands import options
 from isr.config import ConfigError, MonitorSettings
 from isr.contract.decisions import IsrChange
 from isr.linecap import DEFAULT_MAX_LINE_BYTES, Overlong, bounded_lines
+from isr.pipeline.results import ReplayStats
 
 
 @dataclass
@@ -102,8 +103,10 @@ def _changes_only(raw: dict[tuple, list[Commit]]) -> dict[tuple, list[Commit]]:
 
 
 def verify(paths: list[str], monitor: MonitorSettings, policy: str, tolerance_ms: int,
-           max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[PartitionReport]:
-    """A leader's shrink comes from its periodic check, which runs every
+           max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> tuple[list[PartitionReport],
+                                                                  ReplayStats]:
+    """The reports of every partition with an ISR change on either side, and
+    what became of the input lines. A leader's shrink comes from its periodic check, which runs every
     interval from the broker's start; the monitor checks at multiples of the
     interval since the epoch (docs/rules.md), so a shrink may differ by up to
     one interval on top of `tolerance_ms`."""
@@ -123,7 +126,7 @@ def verify(paths: list[str], monitor: MonitorSettings, policy: str, tolerance_ms
     for key in sorted(set(computed) | set(commits)):
         reports.append(_compare(key, computed.get(key, []), commits.get(key, []),
                                 given.get(key, []), tolerance_ms, interval))
-    return reports
+    return reports, result.stats
 
 
 def _compare(key: tuple, changes: list[IsrChange], commits: list[Commit], given: list[Given],
@@ -223,8 +226,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
                           "files, not - (stdin)")
     preflight.readable_inputs(args.events)
     settings = options.settings(args)
-    reports = verify(args.events, settings.monitor, args.policy, args.tolerance_ms,
-                     settings.input.max_line_bytes)
+    reports, stats = verify(args.events, settings.monitor, args.policy, args.tolerance_ms,
+                            settings.input.max_line_bytes)
+    if stats.dead_letters:  # a wrong file must not read as a calm cluster
+        from isr.console import input_line
+
+        print(f"isr verify: {input_line(stats)} (`isr replay --dead-letters FILE` lists them)",
+              file=sys.stderr)
+    if stats.lines and not stats.accepted:
+        from isr.commands.replay import NOTHING_ACCEPTED
+
+        print(f"isr verify: none of the {stats.lines} input lines was accepted: nothing to "
+              f"compare (exit code {NOTHING_ACCEPTED})", file=sys.stderr)
+        return NOTHING_ACCEPTED
     if not reports:
         print("no ISR changes on either side: nothing to compare", file=sys.stderr)
         return 0
