@@ -106,7 +106,9 @@ def verify(paths: list[str], monitor: MonitorSettings, policy: str, tolerance_ms
            max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> tuple[list[PartitionReport],
                                                                   ReplayStats]:
     """The reports of every partition with an ISR change on either side, and
-    what became of the input lines. A leader's shrink comes from its periodic check, which runs every
+    what became of the input lines.
+
+    A leader's shrink comes from its periodic check, which runs every
     interval from the broker's start; the monitor checks at multiples of the
     interval since the epoch (docs/rules.md), so a shrink may differ by up to
     one interval on top of `tolerance_ms`."""
